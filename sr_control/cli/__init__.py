@@ -1,0 +1,41 @@
+"""``vllm-sr``: the control plane's command line. Thin: parse flags, call the library, print."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from sr_control import __version__, log
+from sr_control.cli import config as config_cmd
+from sr_control.cli.errors import run
+
+app = typer.Typer(
+    name="vllm-sr",
+    help="Control plane for System One decision-model APIs behind Envoy.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.add_typer(config_cmd.app, name="config")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"vllm-sr {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_format: Annotated[log.LogFormat, typer.Option(help="Log lines on stderr as console text or JSON.")] = "console",
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """Control plane for System One decision-model APIs behind Envoy."""
+    log.configure(log_level, log_format)
+
+
+def main() -> None:
+    run(app)

@@ -1,0 +1,185 @@
+"""Rules that need the whole file: names, aliases, schemas and cross-references.
+
+Each check yields ``(loc, message)`` pairs and never stops at the first problem. Checks run on
+the parts of the file that parsed; ``ignored`` holds the names of parts that did not, so a
+reference to a broken deployment is not reported a second time as unknown.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+import ipaddress
+
+from sr_control.apis import REGISTRY, UnknownApiError
+from sr_control.config.catalog import api_kind, catalog
+from sr_control.config.errors import Loc
+from sr_control.config.model import RouterConfig
+from sr_control.systemone import schemas
+
+Finding = tuple[Loc, str]
+
+
+@dataclass(frozen=True)
+class Context:
+    config: RouterConfig
+    ignored: frozenset[str] = field(default_factory=frozenset)
+    # Positions of parts that parsed, in the file's own indexing (broken items are skipped).
+    listener_index: tuple[int, ...] = ()
+    provider_index: tuple[int, ...] = ()
+
+
+Check = Callable[[Context], Iterator[Finding]]
+
+
+def _supported(ids: tuple[str, ...]) -> str:
+    return ", ".join(sorted(ids))
+
+
+def check_provider_models(ctx: Context) -> Iterator[Finding]:
+    names = Counter(m.name for m in ctx.config.providers.models)
+    for i, model in zip(ctx.provider_index, ctx.config.providers.models):
+        loc: Loc = ("providers", "models", i)
+        if names[model.name] > 1:
+            yield loc + ("name",), f"model {model.name!r} is defined more than once"
+        try:
+            api = REGISTRY.get(model.api_format)
+        except UnknownApiError as exc:
+            yield loc + ("api_format",), str(exc)
+            continue
+        if model.schema_ is None:
+            continue
+        if not api.versioned:
+            yield loc + ("schema",), f"{api.name} is unversioned; only systemone models take a schema"
+        elif model.schema_ not in schemas.SCHEMAS:
+            yield loc + ("schema",), f"unknown schema {model.schema_!r} (supported: {_supported(schemas.UPSTREAM_SCHEMAS)})"
+        elif model.schema_ not in schemas.UPSTREAM_SCHEMAS:
+            yield loc + ("schema",), f"{model.schema_} is served to clients, not spoken to upstreams (upstream schemas: {_supported(schemas.UPSTREAM_SCHEMAS)})"
+
+
+def check_deployments(ctx: Context) -> Iterator[Finding]:
+    for name, dep in ctx.config.deployments.items():
+        loc: Loc = ("deployments", name)
+        if dep.schema_ not in schemas.SCHEMAS:
+            yield loc + ("schema",), f"unknown schema {dep.schema_!r} (supported: {_supported(schemas.UPSTREAM_SCHEMAS)})"
+            continue
+        if dep.schema_ not in schemas.UPSTREAM_SCHEMAS:
+            yield loc + ("schema",), f"{dep.schema_} is served to clients, not spoken to upstreams (upstream schemas: {_supported(schemas.UPSTREAM_SCHEMAS)})"
+        seen: set[str] = set()
+        for j, dev in enumerate(dep.deviations):
+            if dev in seen:
+                yield loc + ("deviations", j), f"deviation {dev!r} is listed twice"
+            seen.add(dev)
+            if dev not in schemas.DEVIATIONS:
+                yield loc + ("deviations", j), f"unknown deviation {dev!r} (supported: {_supported(tuple(schemas.DEVIATIONS))})"
+            elif dep.schema_ not in schemas.DEVIATIONS[dev].applies_to:
+                fits = _supported(tuple(schemas.DEVIATIONS[dev].applies_to))
+                yield loc + ("deviations", j), f"deviation {dev!r} does not apply to {dep.schema_} (it applies to {fits})"
+
+
+def check_pools(ctx: Context) -> Iterator[Finding]:
+    deployments = set(ctx.config.deployments) | ctx.ignored
+    for name, pool in ctx.config.pools.items():
+        for j, member in enumerate(pool.members):
+            if member not in deployments:
+                known = ", ".join(ctx.config.deployments) or "none defined"
+                yield ("pools", name, "members", j), f"unknown deployment {member!r} (deployments: {known})"
+        for member, count in Counter(pool.members).items():
+            if count > 1:
+                yield ("pools", name, "members"), f"deployment {member!r} is a member twice"
+
+
+def check_model_names(ctx: Context) -> Iterator[Finding]:
+    """A model name means one thing: an LLM, a pool, a deployment's model or a provider model."""
+    owners: dict[str, list[tuple[Loc, str]]] = {}
+    for i, model in zip(ctx.provider_index, ctx.config.providers.models):
+        owners.setdefault(model.name, []).append((("providers", "models", i, "name"), "a provider model"))
+    for pool in ctx.config.pools:
+        owners.setdefault(pool, []).append((("pools", pool), "a pool"))
+    for name, dep in ctx.config.deployments.items():
+        entry = (("deployments", name, "model"), "a deployment's model")
+        kinds = [what for _, what in owners.get(dep.model, [])]
+        if kinds and all(k == "a deployment's model" for k in kinds):
+            continue  # deployments sharing a model name serve it together
+        owners.setdefault(dep.model, []).append(entry)
+    for name, defs in owners.items():
+        if len(defs) > 1:
+            what = " and ".join(sorted({w for _, w in defs}))
+            for loc, _ in defs[1:]:
+                yield loc, f"model name {name!r} is used by {what}; give each a distinct name"
+
+
+def check_listeners(ctx: Context) -> Iterator[Finding]:
+    config = ctx.config
+    models = catalog(config)
+    names = Counter(l.name for l in config.listeners)
+    bound: dict[int, list[tuple[str, int]]] = {}
+    for i, listener in zip(ctx.listener_index, config.listeners):
+        loc: Loc = ("listeners", i)
+        if names[listener.name] > 1:
+            yield loc + ("name",), f"listener name {listener.name!r} is used more than once"
+        for other, j in bound.get(listener.port, []):
+            if _overlap(other, listener.address):
+                yield loc + ("port",), f"port {listener.port} on {listener.address} is already taken by listeners[{j}]"
+        bound.setdefault(listener.port, []).append((listener.address, i))
+        if listener.apis is not None:
+            yield from _check_apis(ctx, loc + ("apis",), listener.apis, models)
+
+
+def _overlap(a: str, b: str) -> bool:
+    wildcard = {"0.0.0.0", "::"}
+    if a in wildcard or b in wildcard:
+        return ipaddress.ip_address(a).version == ipaddress.ip_address(b).version or "::" in (a, b)
+    return ipaddress.ip_address(a) == ipaddress.ip_address(b)
+
+
+def _check_apis(ctx: Context, loc: Loc, apis: dict, models) -> Iterator[Finding]:  # type: ignore[type-arg]
+    given: dict[str, str] = {}
+    for key, settings in apis.items():
+        try:
+            api = REGISTRY.get(key)
+        except UnknownApiError as exc:
+            yield loc + (key,), str(exc)
+            continue
+        if api.name in given:
+            yield loc + (key,), f"{api.name} is given twice in this apis map (as {given[api.name]!r} and {key!r})"
+            continue
+        given[api.name] = key
+        here = loc + (key,)
+        if settings.schema_ is not None:
+            if not api.versioned:
+                yield here + ("schema",), f"{api.name} is unversioned and takes no schema"
+            elif settings.schema_ not in schemas.SCHEMAS:
+                yield here + ("schema",), f"unknown schema {settings.schema_!r} (supported: {_supported(schemas.LISTENER_SCHEMAS)})"
+            elif settings.schema_ not in api.schemas or settings.schema_ not in schemas.LISTENER_SCHEMAS:
+                yield here + ("schema",), f"a listener cannot serve {api.name} in {settings.schema_} (listener schemas: {_supported(schemas.LISTENER_SCHEMAS)})"
+        for setting in ("max_deadline_ms",):
+            if getattr(settings, setting) is not None and setting not in api.settings:
+                owners = [a.name for a in REGISTRY if setting in a.settings]
+                yield here + (setting,), f"{setting} is a {'/'.join(owners)} setting; {api.name} has none"
+        for j, model in enumerate(settings.models or []):
+            kind = models.kind(model)
+            if kind is None:
+                if model in ctx.ignored:
+                    continue
+                offered = ", ".join(models.of_kind(api.kind)) or "none defined"
+                yield here + ("models", j), f"unknown model {model!r} ({api.kind} models: {offered})"
+            elif kind != api.kind:
+                yield here + ("models", j), f"{model!r} is {'an LLM' if kind == 'llm' else 'a decision'} model; {api.name} serves {api.kind} models"
+
+
+CHECKS: tuple[Check, ...] = (
+    check_provider_models,
+    check_deployments,
+    check_pools,
+    check_model_names,
+    check_listeners,
+)
+
+
+def run_checks(ctx: Context, extra: tuple[Check, ...] = ()) -> list[Finding]:
+    return [finding for check in CHECKS + extra for finding in check(ctx)]
+
+
+__all__ = ["CHECKS", "Check", "Context", "Finding", "api_kind", "run_checks"]

@@ -1,0 +1,250 @@
+"""Loading a router config: every problem at once, each with its file, line, column and field.
+
+    load(path) -> RouterConfig            raises ConfigError (all problems) or ConfigUnreadable
+    validate_text(text, file) -> Report   never raises for a bad file
+
+An older format version is migrated in memory (with a warning that says how to migrate the
+file); a newer one is refused. Each top-level section, and each listener, deployment and
+provider model, is validated on its own so that one broken entry does not hide the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from sr_control.config import checks
+from sr_control.config.errors import ConfigError, ConfigUnreadable, Loc, Problem
+from sr_control.config.model import (
+    CURRENT_VERSION,
+    Deployment,
+    Listener,
+    Pool,
+    ProviderModel,
+    RouterConfig,
+)
+from sr_control.config.source import YamlSyntaxError, parse, plain, position
+
+_SECTIONS = ("version", "providers", "deployments", "pools", "listeners")
+
+
+@dataclass
+class Report:
+    """What validating one file found. ``config`` is set only when there are no errors."""
+
+    file: str
+    config: RouterConfig | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+
+def read_text(path: str | Path) -> str:
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigUnreadable(str(path), "no such file") from None
+    except IsADirectoryError:
+        raise ConfigUnreadable(str(path), "is a directory") from None
+    except PermissionError:
+        raise ConfigUnreadable(str(path), "permission denied") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigUnreadable(str(path), f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigUnreadable(str(path), exc.strerror or str(exc)) from None
+
+
+def load(path: str | Path) -> RouterConfig:
+    report = validate_text(read_text(path), str(path))
+    if report.config is None:
+        raise ConfigError(report.errors)
+    return report.config
+
+
+def load_text(text: str, file: str = "<config>") -> RouterConfig:
+    report = validate_text(text, file)
+    if report.config is None:
+        raise ConfigError(report.errors)
+    return report.config
+
+
+def validate_text(text: str, file: str) -> Report:
+    report = Report(file)
+    try:
+        doc = parse(text, file)
+    except YamlSyntaxError as exc:
+        report.problems.append(exc.problem)
+        return report
+
+    def problem(loc: Loc, message: str, *, at_key: bool = False, severity: str = "error") -> None:
+        line, col = position(doc, loc, at_key=at_key)
+        report.problems.append(Problem(file, line, col, loc, message, severity))  # type: ignore[arg-type]
+
+    if not isinstance(doc, dict):
+        problem((), f"a router config is a mapping of sections ({', '.join(_SECTIONS)}), not a {type(plain(doc)).__name__}")
+        return report
+
+    doc = _current_format(doc, file, problem)
+    if doc is None:
+        return report
+    data = plain(doc)
+
+    for key in data:
+        if key not in _SECTIONS:
+            problem((key,), f"unknown section {key!r} (sections: {', '.join(_SECTIONS)})", at_key=True)
+
+    parts: dict[str, Any] = {}
+    ignored: set[str] = set()
+    parts["providers"], provider_index = _validate_items(
+        data.get("providers"), ("providers",), problem, ignored, "models", ProviderModel
+    )
+    parts["deployments"] = _validate_map(data.get("deployments"), ("deployments",), Deployment, problem, ignored)
+    parts["pools"] = _validate_map(data.get("pools"), ("pools",), Pool, problem, ignored)
+    parts["listeners"], listener_index = _validate_list(data.get("listeners"), ("listeners",), Listener, problem, ignored)
+
+    partial = RouterConfig.model_construct(
+        version=CURRENT_VERSION,
+        providers=parts["providers"],
+        deployments=parts["deployments"],
+        pools=parts["pools"],
+        listeners=parts["listeners"],
+    )
+    ctx = checks.Context(partial, frozenset(ignored), tuple(listener_index), tuple(provider_index))
+    for loc, message in checks.run_checks(ctx):
+        problem(loc, message)
+
+    report.problems.sort(key=lambda p: (p.line, p.column, p.severity != "error"))
+    if report.valid:
+        report.config = RouterConfig.model_validate(data | {"version": CURRENT_VERSION})
+    return report
+
+
+def _current_format(doc: Any, file: str, problem: Any) -> Any | None:
+    """The document in the current format, or None (with a problem) when it cannot be."""
+    from sr_control.config import migrate  # migrations import the loader's helpers
+
+    version = doc.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        problem(("version",), f"version must be a whole number from 1 to {CURRENT_VERSION}, not {plain(version)!r}")
+        return None
+    if version > CURRENT_VERSION:
+        problem(
+            ("version",),
+            f"config format {version} is newer than this vllm-sr understands (formats 1 to {CURRENT_VERSION}); upgrade vllm-sr",
+        )
+        return None
+    if version < CURRENT_VERSION:
+        where = ("version",) if "version" in doc else ()
+        problem(
+            where,
+            f"config format {version} is out of date; read as format {CURRENT_VERSION}. "
+            f"Run `vllm-sr config migrate --in-place {file}` to update the file",
+            severity="warning",
+        )
+        doc = migrate.upgrade(doc, version)
+    return doc
+
+
+def _errors(exc: ValidationError, prefix: Loc, problem: Any) -> None:
+    for err in exc.errors(include_url=False):
+        loc, message, at_key = _describe(err)
+        problem(prefix + loc, message, at_key=at_key)
+
+
+def _describe(err: ErrorDetails) -> tuple[Loc, str, bool]:
+    """A pydantic error as (loc, message, point-at-key), in the config's own words."""
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p in ("function-after",))))
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return loc, f"unknown field {loc[-1]!r}", True
+    if kind == "missing":
+        return loc, f"missing required field {loc[-1]!r}", True
+    msg = err["msg"]
+    if kind == "value_error":
+        msg = msg.removeprefix("Value error, ")
+    elif kind == "literal_error":
+        msg = msg.replace("Input should be", "must be")
+    elif kind == "string_pattern_mismatch" and loc and loc[-1] == "name":
+        msg = "must be lowercase letters, digits, '-' or '_', starting and ending with a letter or digit (at most 63)"
+    else:
+        msg = msg.replace("Input should be", "must be").replace("Input should have", "must have")
+    if "input" in err and kind not in ("missing",) and not isinstance(err["input"], (dict, list)):
+        msg += f" (got {err['input']!r})"
+    return loc, msg, False
+
+
+def _validate_model(value: Any, loc: Loc, model: type[BaseModel], problem: Any) -> BaseModel | None:
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        _errors(exc, loc, problem)
+        return None
+
+
+def _validate_map(value: Any, loc: Loc, model: type[BaseModel], problem: Any, ignored: set[str]) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problem(loc, f"must be a mapping of names to entries, not a {type(value).__name__}")
+        return {}
+    out = {}
+    for name, entry in value.items():
+        if not isinstance(name, str) or not name:
+            problem(loc + (name,), "names must be non-empty strings", at_key=True)
+            continue
+        parsed = _validate_model(entry, loc + (name,), model, problem)
+        if parsed is None:
+            ignored.add(name)
+            if isinstance(entry, dict) and isinstance(entry.get("model"), str):
+                ignored.add(entry["model"])
+        else:
+            out[name] = parsed
+    return out
+
+
+def _validate_list(value: Any, loc: Loc, model: type[BaseModel], problem: Any, ignored: set[str]) -> tuple[list[Any], list[int]]:
+    if value is None:
+        return [], []
+    if not isinstance(value, list):
+        problem(loc, f"must be a list, not a {type(value).__name__}")
+        return [], []
+    out, index = [], []
+    for i, entry in enumerate(value):
+        parsed = _validate_model(entry, loc + (i,), model, problem)
+        if parsed is None:
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                ignored.add(entry["name"])
+        else:
+            out.append(parsed)
+            index.append(i)
+    return out, index
+
+
+def _validate_items(value: Any, loc: Loc, problem: Any, ignored: set[str], key: str, model: type[BaseModel]):  # type: ignore[no-untyped-def]
+    """``providers``: a mapping holding one list, validated entry by entry."""
+    from sr_control.config.model import Providers
+
+    if value is None:
+        return Providers(), []
+    if not isinstance(value, dict):
+        problem(loc, f"must be a mapping, not a {type(value).__name__}")
+        return Providers(), []
+    for extra in value:
+        if extra != key:
+            problem(loc + (extra,), f"unknown field {extra!r}", at_key=True)
+    items, index = _validate_list(value.get(key), loc + (key,), model, problem, ignored)
+    return Providers.model_construct(models=items), index
+
+
+__all__ = ["Report", "load", "load_text", "read_text", "validate_text"]

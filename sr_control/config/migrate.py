@@ -1,0 +1,170 @@
+"""Versioned config migrations: one file per step under ``migrations/``, applied in order.
+
+A step module defines ``FROM_VERSION``, ``TO_VERSION`` (= FROM_VERSION + 1), ``SUMMARY`` and
+``apply(doc) -> list[str]``, which edits the ruamel round-trip tree in place (so comments, key
+order and quoting survive) and returns one note per change. An unversioned file is format 1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections import Counter
+import tempfile
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+
+from sr_control.config.errors import ConfigError, Problem
+from sr_control.config.model import CURRENT_VERSION
+from sr_control.config.source import YamlSyntaxError, dump, parse
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+@dataclass(frozen=True)
+class Step:
+    from_version: int
+    to_version: int
+    summary: str
+    module: ModuleType
+
+    def apply(self, doc: Any) -> list[str]:
+        return list(self.module.apply(doc))
+
+
+@cache
+def steps() -> tuple[Step, ...]:
+    """The step chain, checked: consecutive versions from 1 up to the current format."""
+    found = []
+    for path in sorted(MIGRATIONS_DIR.glob("[0-9][0-9][0-9][0-9]_*.py")):
+        spec = importlib.util.spec_from_file_location(f"sr_migrations.{path.stem}", path)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        found.append(Step(module.FROM_VERSION, module.TO_VERSION, module.SUMMARY, module))
+    chain = [(s.from_version, s.to_version) for s in found]
+    expected = [(v, v + 1) for v in range(1, CURRENT_VERSION)]
+    if chain != expected:
+        raise RuntimeError(f"migrations in {MIGRATIONS_DIR} form {chain}, expected {expected}")
+    return tuple(found)
+
+
+def file_version(doc: Any) -> int:
+    return doc.get("version", 1) if isinstance(doc, dict) else 1
+
+
+def upgrade(doc: Any, version: int, notes: list[str] | None = None) -> Any:
+    """Apply every step from ``version`` to the current format, in place; returns ``doc``."""
+    for step in steps():
+        if step.from_version >= version:
+            for note in step.apply(doc):
+                if notes is not None:
+                    notes.append(f"{step.from_version} -> {step.to_version}: {note}")
+    if version < CURRENT_VERSION:
+        _set_version(doc, CURRENT_VERSION)
+    return doc
+
+
+def _set_version(doc: Any, version: int) -> None:
+    if "version" in doc:
+        doc["version"] = version
+    else:
+        doc.insert(0, "version", version)
+
+
+@dataclass
+class Migration:
+    file: str
+    from_version: int
+    to_version: int
+    text: str  # the migrated file; the input itself when nothing was due
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def due(self) -> bool:
+        return self.from_version < self.to_version
+
+
+class MigrationRefused(Exception):
+    """The file cannot be migrated by this version of vllm-sr (newer format, bad version)."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        super().__init__(str(problem))
+
+
+def migrate_text(text: str, file: str) -> Migration:
+    """Migrate ``text``; raises ConfigError when the result would not validate."""
+    from sr_control.config.load import validate_text
+
+    try:
+        doc = parse(text, file)
+    except YamlSyntaxError as exc:
+        raise ConfigError([exc.problem]) from None
+    version = file_version(doc)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1 or version > CURRENT_VERSION:
+        report = validate_text(text, file)  # words the refusal exactly as validate does
+        raise MigrationRefused(report.errors[0])
+
+    # Validate first, against the input's own lines: a migration never writes a broken file.
+    report = validate_text(text, file)
+    if not report.valid:
+        raise ConfigError(report.errors)
+    if version == CURRENT_VERSION:
+        return Migration(file, version, version, text)
+
+    notes: list[str] = []
+    upgrade(doc, version, notes)
+    out = dump(doc, indent=guess_indent(text))
+    check = validate_text(out, file)
+    if not check.valid:  # a bug in a step, never the user's fault
+        raise RuntimeError(f"migration of {file} produced an invalid config:\n" + "\n".join(map(str, check.errors)))
+    return Migration(file, version, CURRENT_VERSION, out, notes)
+
+
+def guess_indent(text: str) -> tuple[int, int, int]:
+    """(mapping, sequence, offset) indentation as the file uses it, so untouched lines keep it.
+
+    After a line ``key:`` that opens a block, the next content line is indented by the mapping
+    step, or, when it is a list item, by the dash offset. The most common step of each wins.
+    """
+    mapping: Counter[int] = Counter()
+    offset: Counter[int] = Counter()
+    content = [l for l in text.splitlines() if l.strip() and not l.lstrip().startswith("#")]
+    for line, nxt in zip(content, content[1:]):
+        body = line.split(" #")[0].rstrip()
+        if not body.endswith(":"):
+            continue
+        base = len(line) - len(line.lstrip())
+        if line.lstrip().startswith("- "):
+            base += 2
+        step = len(nxt) - len(nxt.lstrip()) - base
+        if nxt.lstrip().startswith("- "):
+            if step >= 0:
+                offset[step] += 1
+        elif step > 0:
+            mapping[step] += 1
+    m = mapping.most_common(1)[0][0] if mapping else 2
+    o = offset.most_common(1)[0][0] if offset else 0
+    return m, o + 2, o
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Replace ``path`` only once the new text is fully on disk, keeping its permissions."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if target.exists():
+            os.chmod(tmp, target.stat().st_mode & 0o7777)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,1 @@
+"""The System One protocol layer: schema IDs, deviations, IR, codecs and plans. No I/O."""
