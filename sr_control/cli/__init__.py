@@ -8,6 +8,7 @@ import typer
 
 from sr_control import __version__, log
 from sr_control.cli import config as config_cmd
+from sr_control.cli import xds as xds_cmd
 from sr_control.cli.errors import run
 
 app = typer.Typer(
@@ -19,6 +20,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(xds_cmd.app, name="xds")
 
 
 def _version(value: bool) -> None:
