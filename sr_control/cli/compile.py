@@ -9,8 +9,9 @@ from typing import Annotated
 
 import typer
 
-from sr_control.cli.errors import EXIT_INVALID, fail
+from sr_control.cli.errors import EXIT_INVALID, EXIT_UNREADABLE, fail
 from sr_control.compiler import Address, CompileError, Settings, bootstrap, compile as compile_config, static_bootstrap
+from sr_control.compiler.envoy import EnvoyMissing, Validation, validate
 from sr_control.compiler.output import documents, write
 from sr_control.compiler.protos import PUSH_ORDER, TYPE_NAMES
 from sr_control.config import load as loader
@@ -43,6 +44,7 @@ def compile_command(
     admin: Annotated[Address, typer.Option("--admin", parser=address, metavar="HOST:PORT", help="Envoy's admin listener.")] = "127.0.0.1:9901",  # type: ignore[assignment]
     node_id: Annotated[str, typer.Option("--node-id", help="Envoy's node ID in bootstrap.yaml.")] = "vllm-sr-envoy",
     ads: Annotated[Ads, typer.Option("--ads", help="xDS protocol in bootstrap.yaml: sotw or delta.")] = Ads.sotw,
+    check: Annotated[bool, typer.Option("--validate", help="Also have Envoy check envoy-static.yaml and bootstrap.yaml (envoy --mode validate).")] = False,
     format: Annotated[Format, typer.Option("--format", "-f", help="text for people, json for programs.")] = Format.text,
 ) -> None:
     """Compile a config into Envoy resources.
@@ -59,11 +61,26 @@ def compile_command(
     except CompileError as exc:
         raise fail(f"{file}: error: {exc}", EXIT_INVALID) from None
     written = write(output, files)
+    checks = _envoy_checks(output) if check else {}
     if format is Format.json:
         types = {TYPE_NAMES[t]: {"version": resources.type_version(t), "count": len(resources[t])} for t in PUSH_ORDER}
-        typer.echo(json.dumps({"version": resources.version, "types": types, "files": [str(p) for p in written]}, indent=2))
-        return
-    counts = ", ".join(f"{len(resources[t])} {TYPE_NAMES[t]}" for t in PUSH_ORDER)
-    typer.echo(f"{file}: version {resources.version} ({counts})")
-    for path in written:
-        typer.echo(f"  wrote {path}")
+        out = {"version": resources.version, "types": types, "files": [str(p) for p in written]}
+        if check:
+            out["envoy"] = {name: {"ok": v.ok, "output": v.output} for name, v in checks.items()}
+        typer.echo(json.dumps(out, indent=2))
+    else:
+        counts = ", ".join(f"{len(resources[t])} {TYPE_NAMES[t]}" for t in PUSH_ORDER)
+        typer.echo(f"{file}: version {resources.version} ({counts})")
+        for path in written:
+            typer.echo(f"  wrote {path}")
+        for name, v in checks.items():
+            typer.echo(f"  envoy accepts {name}" if v.ok else f"  envoy rejects {name}: {v.output}")
+    if any(not v.ok for v in checks.values()):
+        raise typer.Exit(EXIT_INVALID)
+
+
+def _envoy_checks(directory: Path) -> dict[str, Validation]:
+    try:
+        return {name: validate(directory / name) for name in ("envoy-static.yaml", "bootstrap.yaml")}
+    except EnvoyMissing as exc:
+        raise fail(f"error: --validate: {exc}", EXIT_UNREADABLE) from None
