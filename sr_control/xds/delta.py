@@ -60,8 +60,9 @@ class DeltaStream:
             state = _TypeState(wildcard="*" in subscribe or (not subscribe and t in _LEGACY_WILDCARD))
             state.held = dict(req.initial_resource_versions)
             self._types[t] = state
+        refused = False
         if req.response_nonce:
-            self._answered(t, state, req)
+            refused = self._answered(t, state, req)
         for name in subscribe:
             if name == "*":
                 state.wildcard = True
@@ -73,7 +74,11 @@ class DeltaStream:
             else:
                 state.subscribed.discard(name)
                 state.held.pop(name, None)
-        return self._diff(t, state, reconnect=req.initial_resource_versions and not req.response_nonce)
+        if refused:
+            # Resending what was just refused would be refused again; wait for a new snapshot.
+            self._watch(t, state, state.diffed)
+            return []
+        return self._diff(t, state, reconnect=bool(req.initial_resource_versions) and not req.response_nonce)
 
     def on_push(self, type_url: str) -> list[discovery_pb2.DeltaDiscoveryResponse]:
         self._cancels.pop(type_url, None)
@@ -87,10 +92,11 @@ class DeltaStream:
         if self._opened:
             self._hooks.closed(self.info)
 
-    def _answered(self, t: str, state: _TypeState, req: discovery_pb2.DeltaDiscoveryRequest) -> None:
+    def _answered(self, t: str, state: _TypeState, req: discovery_pb2.DeltaDiscoveryRequest) -> bool:
+        """Settle the response ``req`` answers; True when the node refused it."""
         sent = state.pending.pop(req.response_nonce, None)
         if sent is None:
-            return
+            return False
         version, before = sent
         if req.HasField("error_detail"):
             for name, held in before.items():
@@ -99,8 +105,9 @@ class DeltaStream:
                 else:
                     state.held[name] = held
             self._hooks.nacked(self.info, t, version, req.error_detail.message)
-        else:
-            self._hooks.acked(self.info, t, version)
+            return True
+        self._hooks.acked(self.info, t, version)
+        return False
 
     def _diff(self, t: str, state: _TypeState, reconnect: bool = False) -> list[discovery_pb2.DeltaDiscoveryResponse]:
         snapshot = self._cache.snapshot(self.info.node)

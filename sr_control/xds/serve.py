@@ -54,6 +54,8 @@ class ControlPlane:
     def start(self) -> None:
         """Serve. Raises ConfigUnreadable when the file is not there at all, OSError when a port is taken."""
         read_text(self.config)  # a wrong path is a usage error, not something to wait out
+        # Watch first: an edit landing during the first reload is then reloaded, not missed.
+        self._watch.start()
         self.reloader.reload()
         self._grpc, self.port = make_server(self.service, f"{self._host}:{self._port}")
         try:
@@ -69,7 +71,6 @@ class ControlPlane:
         self.status_port = self._http.port
         self._grpc.start()
         self._http.start()
-        self._watch.start()
         _log.info("xds serving", ads=f"{self._host}:{self.port}", status=f"{self._host}:{self.status_port}", config=str(self.config))
 
     def stop(self) -> None:

@@ -77,11 +77,20 @@ def make_server(service: AdsService, address: str, *, max_streams: int = 64) -> 
     """A started-later gRPC server for ``service`` bound to ``address`` ("host:port"); returns (server, port)."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_streams, thread_name_prefix="ads"),
-        options=[("grpc.max_send_message_length", MAX_MESSAGE), ("grpc.max_receive_message_length", MAX_MESSAGE)],
+        options=[
+            ("grpc.max_send_message_length", MAX_MESSAGE),
+            ("grpc.max_receive_message_length", MAX_MESSAGE),
+            # grpcio shares ports by default: a second control plane on a taken port would
+            # silently split the Envoys between two processes.
+            ("grpc.so_reuseport", 0),
+        ],
         maximum_concurrent_rpcs=max_streams,
     )
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(service, server)
-    port = server.add_insecure_port(address)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError:
+        port = 0
     if port == 0:
-        raise OSError(f"cannot listen on {address}")
+        raise OSError(f"cannot listen on {address} (in use, or not an address of this host)")
     return server, port

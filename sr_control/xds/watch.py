@@ -31,9 +31,12 @@ class FileWatch:
         self.on_change = on_change
         self.interval = interval
         self._stop = threading.Event()
+        self._seen: Fingerprint = None
         self._thread = threading.Thread(target=self._run, name="config-watch", daemon=True)
 
     def start(self) -> None:
+        # Fingerprint now, not in the thread: an edit made right after start() must count.
+        self._seen = fingerprint(self.path)
         self._thread.start()
 
     def stop(self) -> None:
@@ -42,7 +45,7 @@ class FileWatch:
             self._thread.join()
 
     def _run(self) -> None:
-        seen = fingerprint(self.path)
+        seen = self._seen
         settling = False
         while not self._stop.wait(self.interval):
             now = fingerprint(self.path)
