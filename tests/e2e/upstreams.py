@@ -93,6 +93,8 @@ def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
 
 
 class EchoProcessor(pb_grpc.ExternalProcessorServicer):
+    streams = 0  # how many requests Envoy sent to the sidecar
+
     """The sidecar's protocol, minimally.
 
     ``/v1/decisions``: route to the cluster named in the body's ``"cluster"`` by setting
@@ -101,6 +103,7 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
     """
 
     def Process(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        type(self).streams += 1
         metadata = {k: v for k, v in context.invocation_metadata() if k.startswith("x-vsr-")}
         path = ""
         client_cluster = None
@@ -152,7 +155,8 @@ class ExtProcServer:
         # 32 MiB bodies exceed grpcio's 4 MiB default (reference gotcha 5).
         options = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.max_send_message_length", MAX_MESSAGE)]
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=options)
-        pb_grpc.add_ExternalProcessorServicer_to_server(EchoProcessor(), self.server)
+        self.processor = EchoProcessor()
+        pb_grpc.add_ExternalProcessorServicer_to_server(self.processor, self.server)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.server.start()
 
