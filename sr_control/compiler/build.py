@@ -31,7 +31,7 @@ from sr_control.compiler.protos import (
 from sr_control.compiler.resources import Resource, Resources, consistent
 from sr_control.compiler.routes import route_configuration
 from sr_control.compiler.settings import Settings
-from sr_control.compiler.sidecar import sidecar_payload
+from sr_control.compiler.sidecar import SidecarData
 from sr_control.compiler.templates import fill
 from sr_control.config.model import RouterConfig
 
@@ -56,9 +56,10 @@ def _gc_paused() -> Iterator[None]:
 
 def _compile(config: RouterConfig, settings: Settings) -> Resources:
     by_type: dict[str, list[Resource]] = {CLUSTER: [], LISTENER: [], ROUTE: [], SIDECAR: []}
+    data = SidecarData(config)
     for l in config.listeners:
         offer = listener_offer(config, l)
-        sidecar = Resource.of(names.sidecar(l.name), typed_struct(sidecar_payload(config, offer)))
+        sidecar = Resource.of(names.sidecar(l.name), typed_struct(data.payload(offer)))
         routes = route_configuration(config, offer, sidecar.version)
         by_type[SIDECAR].append(sidecar)
         by_type[ROUTE].append(Resource.of(names.route(l.name), parse(routes, RouteConfiguration, names.route(l.name))))
@@ -83,9 +84,10 @@ def bootstrap(settings: Settings = Settings()) -> Bootstrap:
 def static_bootstrap(config: RouterConfig, settings: Settings = Settings()) -> Bootstrap:
     """Every resource inline: for ``envoy --mode validate`` and for running without a control plane."""
     listeners = []
+    data = SidecarData(config)
     for l in config.listeners:
         offer = listener_offer(config, l)
-        version = Resource.of(names.sidecar(l.name), typed_struct(sidecar_payload(config, offer))).version
+        version = Resource.of(names.sidecar(l.name), typed_struct(data.payload(offer))).version
         listeners.append(listener(offer, route_config=route_configuration(config, offer, version)))
     doc = fill("bootstrap/static", listeners=listeners, clusters=clusters(config, settings), **_common(settings))
     return parse(doc, Bootstrap, "envoy-static")

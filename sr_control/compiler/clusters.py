@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,6 +45,11 @@ class Upstream:
 
 def upstream(urls: Sequence[str], field: str) -> Upstream:
     """The cluster view of ``urls``; they must agree on scheme and path to share one cluster."""
+    return _upstream(tuple(urls), field)
+
+
+@lru_cache(maxsize=4096)
+def _upstream(urls: tuple[str, ...], field: str) -> Upstream:
     parts = [urlsplit(u) for u in urls]
     schemes = {p.scheme for p in parts}
     paths = {p.path.rstrip("/") for p in parts}

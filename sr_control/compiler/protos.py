@@ -247,9 +247,28 @@ def _convert(f: FieldDescriptor, value: Any) -> Any:
 
 
 def typed_struct(payload: dict[str, Any]) -> TypedStruct:
-    value = struct_pb2.Struct()
-    value.update(payload)
-    return TypedStruct(type_url=SIDECAR_PAYLOAD, value=value)
+    return TypedStruct(type_url=SIDECAR_PAYLOAD, value=_struct(payload))
+
+
+def _struct(data: dict[str, Any]) -> struct_pb2.Struct:
+    # Built bottom-up through constructors: several times faster than Struct.update.
+    return struct_pb2.Struct(fields={k: _value(v) for k, v in data.items()})
+
+
+def _value(v: Any) -> struct_pb2.Value:
+    if isinstance(v, str):
+        return struct_pb2.Value(string_value=v)
+    if isinstance(v, bool):
+        return struct_pb2.Value(bool_value=v)
+    if isinstance(v, (int, float)):
+        return struct_pb2.Value(number_value=v)
+    if isinstance(v, dict):
+        return struct_pb2.Value(struct_value=_struct(v))
+    if isinstance(v, (list, tuple)):
+        return struct_pb2.Value(list_value=struct_pb2.ListValue(values=[_value(x) for x in v]))
+    if v is None:
+        return struct_pb2.Value(null_value=struct_pb2.NULL_VALUE)
+    raise ProtoError(f"sidecar data: {v!r} is not a JSON value")
 
 
 def to_dict(message: Message) -> dict[str, Any]:

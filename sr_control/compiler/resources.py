@@ -8,6 +8,7 @@ unchanged versions and Envoy is sent nothing (go-control-plane ``HashResource``)
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -55,8 +56,7 @@ class Resources(Mapping[str, tuple[Resource, ...]]):
         versions: dict[str, str] = {}
         for type_url in sorted(by_type, key=_push_rank):
             items = tuple(sorted(by_type[type_url], key=lambda r: r.name))
-            seen = [r.name for r in items]
-            dups = sorted({n for n in seen if seen.count(n) > 1})
+            dups = sorted(n for n, count in Counter(r.name for r in items).items() if count > 1)
             if dups:
                 raise DuplicateResource(f"{TYPE_NAMES.get(type_url, type_url)}: {', '.join(dups)} defined twice")
             table[type_url] = items

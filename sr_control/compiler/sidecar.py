@@ -16,52 +16,52 @@ from sr_control.compiler.offer import ListenerOffer
 from sr_control.config.model import RouterConfig
 
 
-def sidecar_payload(config: RouterConfig, offer: ListenerOffer) -> dict[str, Any]:
-    deployments_of: dict[str, list[str]] = {}
-    for dep_name, dep in config.deployments.items():
-        deployments_of.setdefault(dep.model, []).append(dep_name)
-    providers = {m.name: (i, m) for i, m in enumerate(config.providers.models)}
+class SidecarData:
+    """Per-compile: every deployment's and provider model's entry, built once, shared by listeners."""
 
-    apis: list[dict[str, Any]] = []
-    models: dict[str, Any] = {}
-    reached_deployments: list[str] = []
-    reached_providers: list[str] = []
-    for o in offer.offers:
-        entry: dict[str, Any] = {"api": o.api.name, "paths": list(o.api.paths), "models": list(o.models)}
-        if o.schema is not None:
-            entry["schema"] = o.schema
-            entry["max_deadline_ms"] = o.deadline_ms
-        apis.append(entry)
-        for model in o.models:
-            if model in config.pools:
-                members = list(config.pools[model].members)
-                models[model] = {"pool": members}
-                reached_deployments += members
-            elif model in deployments_of:
-                models[model] = {"deployments": deployments_of[model]}
-                reached_deployments += deployments_of[model]
-            elif model in providers:
-                models[model] = {"provider": model}
-                reached_providers.append(model)
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self._deployments: dict[str, dict[str, Any]] = {}
+        self._providers: dict[str, dict[str, Any]] = {}
+        self._deployments_of: dict[str, list[str]] = {}
+        for name, dep in config.deployments.items():
+            self._deployments_of.setdefault(dep.model, []).append(name)
+            self._deployments[name] = dep.model_dump(mode="json", by_alias=True, exclude_none=True) | {
+                "cluster": names.deployment_cluster(name),
+                "path": upstream([dep.endpoint], f"deployments.{name}.endpoint").base_path or "/",
+            }
+        for index, model in enumerate(config.providers.models):
+            self._providers[model.name] = model.model_dump(mode="json", by_alias=True, exclude_none=True) | {
+                "cluster": names.provider_cluster(model.name),
+                "path": upstream(model.endpoints, f"providers.models[{index}].endpoints").base_path or "/",
+            }
 
-    deployments = {}
-    for name in dict.fromkeys(reached_deployments):
-        dep = config.deployments[name]
-        deployments[name] = dep.model_dump(mode="json", by_alias=True, exclude_none=True) | {
-            "cluster": names.deployment_cluster(name),
-            "path": upstream([dep.endpoint], f"deployments.{name}.endpoint").base_path or "/",
+    def payload(self, offer: ListenerOffer) -> dict[str, Any]:
+        apis: list[dict[str, Any]] = []
+        models: dict[str, Any] = {}
+        deployments: list[str] = []
+        providers: list[str] = []
+        for o in offer.offers:
+            entry: dict[str, Any] = {"api": o.api.name, "paths": list(o.api.paths), "models": list(o.models)}
+            if o.schema is not None:
+                entry["schema"] = o.schema
+                entry["max_deadline_ms"] = o.deadline_ms
+            apis.append(entry)
+            for model in o.models:
+                if model in self.config.pools:
+                    members = list(self.config.pools[model].members)
+                    models[model] = {"pool": members}
+                    deployments += members
+                elif model in self._deployments_of:
+                    models[model] = {"deployments": self._deployments_of[model]}
+                    deployments += self._deployments_of[model]
+                elif model in self._providers:
+                    models[model] = {"provider": model}
+                    providers.append(model)
+        return {
+            "listener": offer.name,
+            "apis": apis,
+            "models": models,
+            "deployments": {name: self._deployments[name] for name in dict.fromkeys(deployments)},
+            "providers": {name: self._providers[name] for name in dict.fromkeys(providers)},
         }
-    provider_entries = {}
-    for name in dict.fromkeys(reached_providers):
-        index, model = providers[name]
-        provider_entries[name] = model.model_dump(mode="json", by_alias=True, exclude_none=True) | {
-            "cluster": names.provider_cluster(name),
-            "path": upstream(model.endpoints, f"providers.models[{index}].endpoints").base_path or "/",
-        }
-    return {
-        "listener": offer.name,
-        "apis": apis,
-        "models": models,
-        "deployments": deployments,
-        "providers": provider_entries,
-    }
