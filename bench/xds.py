@@ -61,10 +61,12 @@ listeners:
 
 
 def bench_compile() -> None:
-    print("compile: router config -> typed Envoy resources (validated config in, best of 3 after a warm-up)")
+    print("compile: router config -> typed Envoy resources (validated config in; first compile, then best of 3)")
     for n in (10, 100, 1000):
         cfg = load_text(config(n, 20000, "http://127.0.0.1:9"))
+        t = time.perf_counter()
         compile(cfg)
+        first = time.perf_counter() - t
         times = []
         for _ in range(3):
             t = time.perf_counter()
@@ -74,7 +76,7 @@ def bench_compile() -> None:
         load_text(config(n, 20000, "http://127.0.0.1:9"))
         load_s = time.perf_counter() - t
         mark = f"target < {COMPILE_TARGET_S:.0f} s: {'met' if min(times) < COMPILE_TARGET_S else 'MISSED'}" if n == 1000 else ""
-        print(f"  {n:5d} listeners  compile {min(times) * 1000:8.1f} ms   (load + validate {load_s * 1000:7.1f} ms)  {mark}")
+        print(f"  {n:5d} listeners  compile {first * 1000:7.1f} ms first, {min(times) * 1000:7.1f} ms best   (load + validate {load_s * 1000:7.1f} ms)  {mark}")
 
 
 def _free_port() -> int:

@@ -90,6 +90,7 @@ class Ledger:
 
     def _nacked(self, info: StreamInfo, type_url: str, version: str, message: str) -> None:
         with self._lock:
+            message = message.strip()
             self._type(info, type_url).nack = {"version": version, "message": message, "at": _now()}
         _log.error(
             "envoy rejected config",
