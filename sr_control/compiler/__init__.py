@@ -2,7 +2,8 @@
 
 from sr_control.compiler.build import bootstrap, compile, static_bootstrap
 from sr_control.compiler.errors import CompileError
-from sr_control.compiler.resources import Inconsistent, Resource, Resources, consistency_problems, consistent
+from sr_control.compiler.consistency import Inconsistent, consistency_problems, consistent
+from sr_control.compiler.resources import Resource, Resources
 from sr_control.compiler.settings import Address, Settings
 
 __all__ = [

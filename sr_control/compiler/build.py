@@ -25,10 +25,11 @@ from sr_control.compiler.protos import (
     Cluster,
     Listener,
     RouteConfiguration,
-    parse,
     typed_struct,
 )
-from sr_control.compiler.resources import Resource, Resources, consistent
+from sr_control.compiler.consistency import consistent
+from sr_control.compiler.convert import parse
+from sr_control.compiler.resources import Resource, Resources
 from sr_control.compiler.routes import route_configuration
 from sr_control.compiler.settings import Settings
 from sr_control.compiler.sidecar import SidecarData

@@ -13,7 +13,6 @@ from typing import Any
 
 from sr_control import log
 from sr_control.compiler import Settings
-from sr_control.config.errors import ConfigUnreadable
 from sr_control.config.load import read_text
 from sr_control.xds.cache import SnapshotCache
 from sr_control.xds.hooks import Hooks
@@ -85,4 +84,4 @@ class ControlPlane:
         return self.reloader.status() | {"nodes": self.ledger.nodes()}
 
 
-__all__ = ["ConfigUnreadable", "ControlPlane"]
+__all__ = ["ControlPlane"]

@@ -74,7 +74,7 @@ class AdsService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
 
 
 def make_server(service: AdsService, address: str, *, max_streams: int = 64) -> tuple[grpc.Server, int]:
-    """A started-later gRPC server for ``service`` bound to ``address`` ("host:port"); returns (server, port)."""
+    """A gRPC server for ``service`` bound to ``address`` ("host:port"), not yet started; returns (server, port)."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_streams, thread_name_prefix="ads"),
         options=[

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from sr_control.compiler.resources import Resource, Resources, consistent
+from sr_control.compiler.consistency import consistent
+from sr_control.compiler.resources import Resource, Resources
 
 
 @dataclass(frozen=True, slots=True)

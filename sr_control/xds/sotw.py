@@ -55,11 +55,11 @@ class SotwStream:
         t = req.type_url
         sent = self._sent.get(t)
         names = frozenset(req.resource_names) - {"*"}
+        if req.response_nonce and (sent is None or req.response_nonce != sent.nonce):
+            return []
         self._names[t] = names
         snapshot = self._cache.snapshot(self.info.node)
-        if req.response_nonce:
-            if sent is None or req.response_nonce != sent.nonce:
-                return []
+        if sent is not None and req.response_nonce:
             if req.HasField("error_detail"):
                 self._hooks.nacked(self.info, t, sent.version, req.error_detail.message)
             else:

@@ -1,4 +1,4 @@
-"""The compiler's dict -> proto conversion: as strict as json_format.ParseDict, with equal output."""
+"""The compiler's data -> proto conversion: as strict as json_format.ParseDict, with equal output."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from google.protobuf import json_format
 
 from golden_cases import CASES, golden_config
 from sr_control.compiler import Settings, static_bootstrap
-from sr_control.compiler.protos import Bootstrap, Listener, ProtoError, parse, to_dict
+from sr_control.compiler.convert import ProtoError, parse
+from sr_control.compiler.protos import Bootstrap, Listener, to_dict
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -10,17 +10,16 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-# The venv's envoy first: the one the lock pins.
-ENVOY = shutil.which("envoy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}") or "envoy"
+from sr_control.compiler.envoy import envoy_binary
+
+ENVOY = envoy_binary()
 _base_ids = itertools.count((os.getpid() % 5000) * 20)
 
 
@@ -43,16 +42,6 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.01, what: str
             last_exc = exc
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
-
-
-def validate(config: Path) -> subprocess.CompletedProcess[str]:
-    """``envoy --mode validate``: parses and checks the whole config without serving it."""
-    return subprocess.run(
-        [ENVOY, "--mode", "validate", "-c", str(config), "--base-id", str(next(_base_ids)), "--log-level", "warn"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 class Envoy:
