@@ -92,11 +92,14 @@ def provider_cluster(model: ProviderModel, index: int, settings: Settings) -> di
 
 def sidecar_cluster(settings: Settings) -> dict[str, Any]:
     # One gRPC stream per HTTP request: the stream limit is the proxy's concurrency limit.
-    return _grpc_cluster(names.SIDECAR_CLUSTER, settings.sidecar, max_requests=65_536)
+    return _grpc_cluster(names.SIDECAR_CLUSTER, settings.sidecar, max_requests=65_536, http2={})
 
 
-def xds_cluster(settings: Settings) -> dict[str, Any]:
-    return _grpc_cluster(names.XDS_CLUSTER, settings.xds, max_requests=1024)
+def xds_cluster(settings: Settings, keepalive_s: int = 30) -> dict[str, Any]:
+    # The ADS stream idles between pushes. Pings notice a control plane that vanished without
+    # closing the connection (its node died), so Envoy reconnects to the one that replaced it.
+    http2 = {"connection_keepalive": {"interval": f"{keepalive_s}s", "timeout": "5s"}}
+    return _grpc_cluster(names.XDS_CLUSTER, settings.xds, max_requests=1024, http2=http2)
 
 
 def clusters(config: RouterConfig, settings: Settings) -> list[dict[str, Any]]:
@@ -125,7 +128,7 @@ def _cluster(name: str, up: Upstream, settings: Settings, *, health: list[Any], 
     )
 
 
-def _grpc_cluster(name: str, address: Address, *, max_requests: int) -> dict[str, Any]:
+def _grpc_cluster(name: str, address: Address, *, max_requests: int, http2: dict[str, Any]) -> dict[str, Any]:
     if address.path:
         endpoint = fill("cluster/endpoint", address={"pipe": {"path": address.path}}, hostname=None)
     else:
@@ -140,7 +143,7 @@ def _grpc_cluster(name: str, address: Address, *, max_requests: int) -> dict[str
         buffer_limit=BUFFER_LIMIT,
         endpoints=[endpoint],
         # gRPC needs HTTP/2, set the non-deprecated way (gotcha 9).
-        protocol={"http2_protocol_options": {}},
+        protocol={"http2_protocol_options": http2},
         upstream_options=None,
         outlier_detection=None,
         health_checks=None,

@@ -55,18 +55,22 @@ class ControlPlane:
         read_text(self.config)  # a wrong path is a usage error, not something to wait out
         # Watch first: an edit landing during the first reload is then reloaded, not missed.
         self._watch.start()
-        self.reloader.reload()
-        self._grpc, self.port = make_server(self.service, f"{self._host}:{self._port}")
         try:
-            self._http = StatusServer(
-                self._host,
-                self._status_port,
-                status=self.status,
-                metrics=self.metrics.text,
-                serving=lambda: self.reloader.snapshot is not None,
-            )
-        except OSError as exc:
-            raise OSError(f"cannot listen on {self._host}:{self._status_port}: {exc.strerror}") from None
+            self.reloader.reload()
+            self._grpc, self.port = make_server(self.service, f"{self._host}:{self._port}")
+            try:
+                self._http = StatusServer(
+                    self._host,
+                    self._status_port,
+                    status=self.status,
+                    metrics=self.metrics.text,
+                    serving=lambda: self.reloader.snapshot is not None,
+                )
+            except OSError as exc:
+                raise OSError(f"cannot listen on {self._host}:{self._status_port}: {exc.strerror}") from None
+        except BaseException:
+            self.stop()
+            raise
         self.status_port = self._http.port
         self._grpc.start()
         self._http.start()
@@ -74,7 +78,7 @@ class ControlPlane:
 
     def stop(self) -> None:
         self._watch.stop()
-        if self._http is not None:
+        if self._http is not None and self._http.started:
             self._http.stop()
         if self._grpc is not None:
             # ADS streams never end on their own, so waiting for them would only delay the exit.

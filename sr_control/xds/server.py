@@ -83,6 +83,10 @@ def make_server(service: AdsService, address: str, *, max_streams: int = 64) -> 
             # grpcio shares ports by default: a second control plane on a taken port would
             # silently split the Envoys between two processes.
             ("grpc.so_reuseport", 0),
+            # Envoy pings the idle ADS stream (bootstrap keepalive); grpcio would otherwise
+            # count those pings as abuse and close the connection.
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 1_000),
+            ("grpc.http2.max_ping_strikes", 0),
         ],
         maximum_concurrent_rpcs=max_streams,
     )
