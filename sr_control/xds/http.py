@@ -53,13 +53,10 @@ class StatusServer:
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="status-http", daemon=True)
 
-    @property
-    def started(self) -> bool:
-        return self._thread.is_alive()
-
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self.httpd.shutdown()
+        if self._thread.is_alive():
+            self.httpd.shutdown()
         self.httpd.server_close()

@@ -78,7 +78,7 @@ class ControlPlane:
 
     def stop(self) -> None:
         self._watch.stop()
-        if self._http is not None and self._http.started:
+        if self._http is not None:
             self._http.stop()
         if self._grpc is not None:
             # ADS streams never end on their own, so waiting for them would only delay the exit.
