@@ -194,10 +194,14 @@ def test_the_sidecar_can_fetch_the_data_of_the_version_envoy_routed_with(stack: 
 
 
 def test_an_in_flight_request_survives_a_change_of_its_listener(stack: Stack) -> None:
+    settings = Settings(sidecar=Address("127.0.0.1", stack.sidecar.port))
+    before, after = (compile(load_text(stack.render(deadline_ms=ms)), settings) for ms in (3000, 4500))
+    assert before.named(LISTENER)["listener/public"].version != after.named(LISTENER)["listener/public"].version
     result: dict[str, Reply] = {}
     slow = threading.Thread(target=lambda: result.setdefault("reply", stack.post("/v1/chat/completions", **{"x-test-delay-ms": "1500"})))
     slow.start()
-    # A new deadline changes the Listener itself (its ext_proc message timeout), not only routes.
+    # A new deadline changes the Listener itself (its ext_proc message timeout, as checked
+    # above), not only its routes: Envoy replaces the listener and drains the old one.
     stack.apply(stack.render(deadline_ms=4500))
     assert slow.is_alive(), "the slow request finished before the change: the test proved nothing"
     slow.join(30)
