@@ -38,11 +38,12 @@ def _supported(ids: tuple[str, ...]) -> str:
 
 
 def check_provider_models(ctx: Context) -> Iterator[Finding]:
-    names = Counter(m.name for m in ctx.config.providers.models)
+    seen: set[str] = set()
     for i, model in zip(ctx.provider_index, ctx.config.providers.models):
         loc: Loc = ("providers", "models", i)
-        if names[model.name] > 1:
+        if model.name in seen:
             yield loc + ("name",), f"model {model.name!r} is defined more than once"
+        seen.add(model.name)
         try:
             api = REGISTRY.get(model.api_format)
         except UnknownApiError as exc:
@@ -113,12 +114,16 @@ def check_model_names(ctx: Context) -> Iterator[Finding]:
 def check_listeners(ctx: Context) -> Iterator[Finding]:
     config = ctx.config
     models = catalog(config)
-    names = Counter(l.name for l in config.listeners)
+    # A provider model whose api_format is unknown is reported once, where it is defined.
+    unkinded = {m.name for m in config.providers.models if api_kind(m.api_format) is None}
+    ctx = Context(config, ctx.ignored | unkinded, ctx.listener_index, ctx.provider_index)
+    names: set[str] = set()
     bound: dict[int, list[tuple[str, int]]] = {}
     for i, listener in zip(ctx.listener_index, config.listeners):
         loc: Loc = ("listeners", i)
-        if names[listener.name] > 1:
+        if listener.name in names:
             yield loc + ("name",), f"listener name {listener.name!r} is used more than once"
+        names.add(listener.name)
         for other, j in bound.get(listener.port, []):
             if _overlap(other, listener.address):
                 yield loc + ("port",), f"port {listener.port} on {listener.address} is already taken by listeners[{j}]"
