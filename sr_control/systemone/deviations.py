@@ -43,7 +43,9 @@ def _state_text_request(call: WireCall) -> tuple[WireCall, list[str]]:
         doc = JsonObject((k, requests if k == "requests" else v) for k, v in call.doc.items())
     else:
         doc = _with_text(call.doc)
-    return replace(call, doc=doc), [f"state_text: sent the state of {', '.join(repr(n) for n in changed if n) or 'the request'} as JSON text"]
+    names = changed if call.batch else [n for n in call.items if n]
+    which = f"request{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}" if names else "the request"
+    return replace(call, doc=doc), [f"state_text: sent the state of {which} as JSON text"]
 
 
 def _with_text(doc: JsonObject) -> JsonObject:
