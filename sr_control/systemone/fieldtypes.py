@@ -166,11 +166,15 @@ def _bounds(value: Any, bounds: Mapping[str, Any], out: list[Problem]) -> None:
             out.append(((), f"must be more than {bounds['exclusive_minimum']}", "greater_than"))
         return
     if isinstance(value, (dict, tuple, list)):
-        what = "entries" if isinstance(value, dict) else "items"
+        def what(n: int) -> str:
+            return ("entry" if n == 1 else "entries") if isinstance(value, dict) else ("item" if n == 1 else "items")
+
         if "min_items" in bounds and len(value) < bounds["min_items"]:
-            out.append(((), f"needs at least {bounds['min_items']} {what}, not {len(value)}", "too_short"))
+            n = bounds["min_items"]
+            out.append(((), f"needs at least {n} {what(n)}, not {len(value)}", "too_short"))
         if "max_items" in bounds and len(value) > bounds["max_items"]:
-            out.append(((), f"takes at most {bounds['max_items']} {what}, not {len(value)}", "too_long"))
+            n = bounds["max_items"]
+            out.append(((), f"takes at most {n} {what(n)}, not {len(value)}", "too_long"))
 
 
 BOUND_KEYS = ("minimum", "maximum", "exclusive_minimum", "min_items", "max_items")

@@ -579,7 +579,7 @@ def _question(q: Any, reading: Reading, found: _Found, at: Loc) -> Question | No
     )
     if question.preset_only:
         _preset_only(question, reading, found, at)
-    elif criteria is MISSING and kind in _NEEDS_CRITERIA:
+    elif kind in _NEEDS_CRITERIA and not any(m in q for m in ("criteria", "choices", "levels", "labels")):
         found.bad(at + ("criteria",), "Field required", "missing")
     return question
 
