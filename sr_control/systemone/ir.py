@@ -156,6 +156,7 @@ class Reply:
 
     items: Mapping[str, ItemResult]
     model: str | None = None
+    usage: JsonObject | None = None  # a batch's total as the upstream gave it; else summed
 
 
 @dataclass(frozen=True, slots=True)

@@ -284,7 +284,6 @@ def _request(doc: JsonObject, reading: Reading, found: _Found, loc: Loc, batch: 
     state, states = _state(doc, reading, found, loc)
     assets, assets_member = _assets(doc, reading, found, loc)
     questions = _questions(doc, reading, found, loc)
-    roles = _roles(doc, reading, found, loc, state if states is None else states)
     media: tuple[str, ...] = ()
     media_member = ""
     if assets_member == "inline":
@@ -297,6 +296,8 @@ def _request(doc: JsonObject, reading: Reading, found: _Found, loc: Loc, batch: 
             media_member = "state"
         elif reading.legacy:
             found.form("media_array")
+    # Roles name keys of the state as read: after the media rule took the media off it.
+    roles = _roles(doc, reading, found, loc, state if states is None else states)
     long_context = bool(options is not None and options.get("long_context") is True)
     if long_context:
         found.form("long_context")

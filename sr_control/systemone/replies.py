@@ -163,7 +163,7 @@ def decode_reply(body: bytes | Mapping[str, Any], ir: Request | Batch) -> Reply:
         return Reply({"": _result(doc)}, model)
     if ir.form == "requests":
         responses = doc.get("responses") or {}
-        return Reply({name: _result(responses[name]) if name in responses else _unanswered(name) for name in ir.items}, model)
+        return Reply({name: _result(responses[name]) if name in responses else _unanswered(name) for name in ir.items}, model, doc.get("usage"))
     per_state = {k: v for k, v in doc.items() if k not in ("model", "answers", "usage") and isinstance(v, tuple)}
     answers = doc.get("answers") or ()
     results = {}
@@ -173,7 +173,7 @@ def decode_reply(body: bytes | Mapping[str, Any], ir: Request | Batch) -> Reply:
             continue
         extras = JsonObject((k, v[i]) for k, v in per_state.items() if i < len(v))
         results[name] = ItemResult(answers[i], None, extras, model)
-    return Reply(results, model)
+    return Reply(results, model, doc.get("usage"))
 
 
 def _result(doc: Mapping[str, Any]) -> ItemResult:
@@ -197,7 +197,7 @@ def reply_doc(reply: Reply, ir: Request | Batch, endpoint: Endpoint, flavour: Fl
     model = reply.model or next((d.get("model") for d in docs.values() if d.get("model")), None) or ""
     if isinstance(ir, Request):
         return docs[""]
-    usage = _sum_usage(reply.items[n].usage for n in names)
+    usage = reply.usage if reply.usage is not None else _sum_usage(reply.items[n].usage for n in names)
     if ir.form == "requests":
         return JsonObject([("model", model), ("responses", JsonObject(docs)), ("usage", usage)])
     members: list[tuple[str, Any]] = [("model", model), ("answers", tuple(d["answers"] for d in docs.values())), ("usage", usage)]
