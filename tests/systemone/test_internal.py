@@ -76,6 +76,10 @@ def _ordered(draw: st.DrawFn, members: dict[str, Any]) -> dict[str, Any]:
     return {k: members[k] for k in order}
 
 
+def _is_text(value: Any) -> bool:
+    return isinstance(value, (str, dict, list))
+
+
 names = st.text(st.characters(exclude_categories=("Cs", "Cc")), min_size=1, max_size=6)
 
 
@@ -84,7 +88,7 @@ def questions(draw: st.DrawFn) -> dict[str, Any]:
     kind = draw(st.sampled_from(["noul", "choice", "score", "set", "span", "box"]))
     q: dict[str, Any] = {"type": kind}
     if draw(st.booleans()) or kind == "box":
-        q["instructions"] = draw(text | json_values(4))
+        q["instructions"] = draw(text | json_values(4).filter(_is_text))
     if kind == "noul" and draw(st.booleans()):
         q["criteria"] = draw(st.none() | st.fixed_dictionaries({}, optional={"true": text | st.none(), "false": text | st.none()}))
     elif kind == "choice":
@@ -108,10 +112,6 @@ def questions(draw: st.DrawFn) -> dict[str, Any]:
     if "instructions" not in q and "preset" in q and kind != "box" and set(q) <= {"type", "preset", "overflow", "threshold"}:
         q["instructions"] = "Answer it."  # keep preset-only questions to the presets' own types
     return _ordered(draw, q)
-
-
-def _is_text(value: Any) -> bool:
-    return isinstance(value, (str, dict, list))
 
 
 @st.composite
