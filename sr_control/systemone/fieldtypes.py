@@ -13,7 +13,7 @@ the FastAPI-style error type a 422 entry carries (``string_type``, ``too_long``,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -178,3 +178,50 @@ def _bounds(value: Any, bounds: Mapping[str, Any], out: list[Problem]) -> None:
 
 
 BOUND_KEYS = ("minimum", "maximum", "exclusive_minimum", "min_items", "max_items")
+
+
+def _compile(t: Type) -> Callable[[Any], bool]:
+    """A fast yes/no for ``t`` (bounds aside); ``problems`` explains a no."""
+    k = t.kind
+    check: Callable[[Any], bool]
+    if k == "any":
+        return lambda v: True
+    if k == "string":
+        check = lambda v: isinstance(v, str)  # noqa: E731
+    elif k == "boolean":
+        check = lambda v: isinstance(v, bool)  # noqa: E731
+    elif k == "text":
+        check = lambda v: isinstance(v, (str, dict, tuple, list))  # noqa: E731
+    elif k == "enum":
+        choices = frozenset(t.choices)
+        check = lambda v: isinstance(v, str) and v in choices  # noqa: E731
+    elif k in ("number", "integer"):
+        check = lambda v: not problems(t, v)  # noqa: E731  (rare: options and thresholds)
+    elif k == "object":
+        check = lambda v: isinstance(v, dict)  # noqa: E731
+    else:
+        item = _compile(t.item) if t.item is not None else (lambda v: True)
+        if k == "map":
+            check = lambda v: isinstance(v, dict) and all(item(x) for x in v.values())  # noqa: E731
+        else:
+            check = lambda v: isinstance(v, (tuple, list)) and all(item(x) for x in v)  # noqa: E731
+    if t.nullable:
+        inner = check
+        return lambda v: v is None or inner(v)
+    return check
+
+
+@lru_cache(maxsize=None)
+def checker(expr: str) -> Callable[[Any], bool]:
+    return _compile(parse(expr))
+
+
+def valid(expr: str, value: Any, bounds: Mapping[str, Any] | None = None) -> bool:
+    """``not problems(expr, value, bounds)``, fast when the answer is yes."""
+    if not checker(expr)(value):
+        return False
+    if bounds and value is not None:
+        if isinstance(value, (dict, tuple, list)) and set(bounds) <= {"min_items", "max_items"}:
+            return bounds.get("min_items", 0) <= len(value) <= bounds.get("max_items", len(value))
+        return not problems(expr, value, bounds)
+    return True

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
-from json.encoder import encode_basestring, encode_basestring_ascii  # type: ignore[attr-defined]
+import re
+from collections.abc import Iterator
 from typing import Any, Literal, NoReturn, TypeAlias
 
 NumberFormat = Literal["literal", "python"]
@@ -161,58 +161,46 @@ def _float_text(value: float, allow_nan: bool) -> str:
     return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
 
 
+# A Number goes through the C encoder as a placeholder string, then its literal replaces it. The
+# placeholder holds lone surrogates, which ``loads`` refuses, so no client text can look like one.
+_MARK = "\ud800"
+_PLACEHOLDER = re.compile('"' + _MARK + r"(\d+)" + _MARK + '"')
+_NON_ASCII = re.compile(r"[^\x00-\x7e]")
+
+
 def dumps(value: Any, *, ensure_ascii: bool = False, numbers: NumberFormat = "literal") -> str:
     """Write ``value`` the way ``json.dumps(value, ensure_ascii=...)`` does, keeping literals."""
-    chunks: list[str] = []
-    _write(value, chunks.append, encode_basestring_ascii if ensure_ascii else encode_basestring, numbers == "python")
-    return "".join(chunks)
+    found: list[str] = []
+    python = numbers == "python"
+
+    def number(o: Any) -> str:
+        if not isinstance(o, Number):
+            raise TypeError(f"{type(o).__name__} is not JSON content")
+        found.append(o.python_text() if python else o.literal)
+        return f"{_MARK}{len(found) - 1}{_MARK}"
+
+    # Our own numbers (answers, usage) must be finite: NaN is not JSON and SDKs reject it.
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, default=number)
+    if found:
+        text = _PLACEHOLDER.sub(lambda m: found[int(m.group(1))], text)
+    if ensure_ascii:
+        # Outside its strings JSON text is printable ASCII, so escaping every other character
+        # (DEL included) is exactly what ensure_ascii=True does to the strings.
+        text = _NON_ASCII.sub(_escape, text)
+    return text
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group(0))
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 | (code >> 10):04x}\\u{0xDC00 | (code & 0x3FF):04x}"
 
 
 def dumpb(value: Any, *, numbers: NumberFormat = "literal") -> bytes:
     """``dumps`` as UTF-8 bytes: the wire form."""
     return dumps(value, numbers=numbers).encode("utf-8")
-
-
-def _write(value: Any, out: Callable[[str], None], quote: Callable[[str], str], python: bool) -> None:
-    if isinstance(value, str):
-        out(quote(value))
-    elif value is None:
-        out("null")
-    elif value is True:
-        out("true")
-    elif value is False:
-        out("false")
-    elif isinstance(value, Number):
-        out(value.python_text() if python else value.literal)
-    elif isinstance(value, dict):
-        if not value:
-            out("{}")
-            return
-        first = True
-        for name, item in value.items():
-            out("{" if first else ", ")
-            first = False
-            out(quote(name))
-            out(": ")
-            _write(item, out, quote, python)
-        out("}")
-    elif isinstance(value, (list, tuple)):
-        if not value:
-            out("[]")
-            return
-        first = True
-        for item in value:
-            out("[" if first else ", ")
-            first = False
-            _write(item, out, quote, python)
-        out("]")
-    elif isinstance(value, int):
-        out(int.__repr__(value))
-    elif isinstance(value, float):
-        # Our own numbers (answers, usage) must be finite: NaN is not JSON and SDKs reject it.
-        out(_float_text(value, allow_nan=False))
-    else:
-        raise TypeError(f"{type(value).__name__} is not JSON content")
 
 
 def plain(value: Any) -> Any:

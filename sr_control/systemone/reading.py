@@ -53,6 +53,8 @@ from sr_control.systemone.jsontext import DuplicateMember, JsonObject, JsonTextE
 Loc = tuple[str | int, ...]
 _ROLES_TYPE = F.EXTENSION_FIELDS["request.roles"]["type"]
 _IMG, _VID = "⟦img-{}⟧", "⟦vid-{}⟧"
+_QUESTION_EXTENSIONS = {k.split(".", 1)[1]: v for k, v in F.EXTENSION_FIELDS.items() if k.startswith("question.")}
+_NO_EXTENSIONS = JsonObject()
 # Question types that cannot be asked without criteria (options, levels or labels).
 _NEEDS_CRITERIA = frozenset(
     [t for t, m in F.STANDARD_QUESTIONS.items() if "criteria" in m and m["criteria"][1]]
@@ -167,6 +169,8 @@ class _Found:
             self.forms.append(name)
 
     def typed(self, loc: Loc, type_: str, value: Any, bounds: Mapping[str, Any] | None = None) -> bool:
+        if fieldtypes.valid(type_, value, bounds):
+            return True
         found = fieldtypes.problems(type_, value, bounds)
         for at, msg, kind in found:
             ctx = _limit_ctx(kind, bounds)
@@ -556,9 +560,7 @@ def _question(q: Any, reading: Reading, found: _Found, at: Loc) -> Question | No
         return None
     at = at + (kind,)  # FastAPI's loc names the union member: questions.<id>.<type>.<field>
     allowed = reading.question_members[kind]
-    for name in q:
-        if name in allowed:
-            continue
+    for name in q.keys() - allowed:
         if reading.ignore_unknown and name not in reading.refused:
             continue
         why = f" ({kind} questions take no {name})" if _defined_elsewhere(name, reading) else ""
@@ -566,10 +568,12 @@ def _question(q: Any, reading: Reading, found: _Found, at: Loc) -> Question | No
     if "instructions" in q:
         found.typed(at + ("instructions",), "text?", q["instructions"])
     criteria, member = _criteria(q, kind, reading, found, at)
-    extensions = JsonObject((name, q[name]) for name in q if name in allowed and _is_extension(name))
-    for name, value in extensions.items():
-        spec = F.EXTENSION_FIELDS[f"question.{name}"]
-        found.typed(at + (name,), spec["type"], value, spec["bounds"])
+    extensions = _NO_EXTENSIONS
+    if not q.keys().isdisjoint(_QUESTION_EXTENSIONS):
+        extensions = JsonObject((name, q[name]) for name in q if name in allowed and name in _QUESTION_EXTENSIONS)
+        for name, value in extensions.items():
+            spec = _QUESTION_EXTENSIONS[name]
+            found.typed(at + (name,), spec["type"], value, spec["bounds"])
     question = Question(
         type=kind,
         instructions=q.get("instructions", MISSING),
@@ -583,10 +587,6 @@ def _question(q: Any, reading: Reading, found: _Found, at: Loc) -> Question | No
     elif kind in _NEEDS_CRITERIA and not any(m in q for m in ("criteria", "choices", "levels", "labels")):
         found.bad(at + ("criteria",), "Field required", "missing")
     return question
-
-
-def _is_extension(name: str) -> bool:
-    return f"question.{name}" in F.EXTENSION_FIELDS
 
 
 def _defined_elsewhere(name: str, reading: Reading) -> bool:
