@@ -20,7 +20,7 @@ vllm-sr flat fields ``code``, ``question``, ``state``, ``reason`` and ``limit``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 MAX_BODY_BYTES = 32 * 1024 * 1024

@@ -19,171 +19,27 @@ reading of the two forms 5.0 reads differently (implicit roles, a media array st
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from collections.abc import Mapping
 from typing import Any
 
-from sr_control.systemone import fieldtypes
 from sr_control.systemone.errors import (
     MAX_BODY_BYTES,
     DetailItem,
-    ErrorInfo,
     InvalidRequest,
     RequestTooLarge,
     UnknownMembers,
     ValidationFailed,
-    loc_text,
 )
+from sr_control.systemone.found import Found, Loc, check_members
 from sr_control.systemone.generated import fields as F
-from sr_control.systemone.ir import (
-    IMPLICIT,
-    MISSING,
-    NO_ROLES,
-    Asset,
-    Batch,
-    Endpoint,
-    Question,
-    Request,
-    Roles,
-    frozen_map,
-)
+from sr_control.systemone.ir import IMPLICIT, MISSING, NO_ROLES, Batch, Endpoint, Request, Roles, frozen_map
 from sr_control.systemone.jsontext import DuplicateMember, JsonObject, JsonTextError, loads
+from sr_control.systemone.media import inline_media, media_split, read_assets, read_media_member
+from sr_control.systemone.questions import read_questions
+from sr_control.systemone.rules import READINGS, Reading
 
-Loc = tuple[str | int, ...]
+__all__ = ["READINGS", "Reading", "parse_json", "read_body"]
 _ROLES_TYPE = F.EXTENSION_FIELDS["request.roles"]["type"]
-_IMG, _VID = "⟦img-{}⟧", "⟦vid-{}⟧"
-_QUESTION_EXTENSIONS = {k.split(".", 1)[1]: v for k, v in F.EXTENSION_FIELDS.items() if k.startswith("question.")}
-_NO_EXTENSIONS = JsonObject()
-# Question types that cannot be asked without criteria (options, levels or labels).
-_NEEDS_CRITERIA = frozenset(
-    [t for t, m in F.STANDARD_QUESTIONS.items() if "criteria" in m and m["criteria"][1]]
-    + [t for t, e in F.EXTENSION_QUESTION_TYPES.items() if e["criteria"]]
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """What one schema accepts; built once from the generated tables."""
-
-    schema: str
-    request_members: frozenset[str]
-    required: frozenset[str]
-    options: Mapping[str, tuple[str, dict[str, Any]]]
-    criteria: Mapping[str, tuple[str, dict[str, Any]] | None]  # question type -> its criteria
-    question_members: Mapping[str, frozenset[str]]  # question type -> members it takes
-    asset_formats: Mapping[str, tuple[str, ...]]
-    legacy: bool = False  # 4.0 forms and readings
-    internal: bool = False  # the internal wire form: media, requests, roles null
-    media_rule: bool = False  # 5.0: placeholders then one element read as that element
-    ignore_unknown: bool = False  # 0.2: the standard ignores unknown members...
-    refused: frozenset[str] = frozenset()  # ...but vllm-sr extension fields are refused
-    tolerant: bool = False  # /v1/decisions: a failed question is kept, not raised
-
-
-def _ext(level: str) -> dict[str, dict[str, Any]]:
-    prefix = level + "."
-    return {k[len(prefix) :]: v for k, v in F.EXTENSION_FIELDS.items() if k.startswith(prefix)}
-
-
-def _build() -> dict[str, Reading]:
-    std_criteria = {t: (m["criteria"][0], m["criteria"][2]) if "criteria" in m else None for t, m in F.STANDARD_QUESTIONS.items()}
-    ext_criteria = {t: e["criteria"] for t, e in F.EXTENSION_QUESTION_TYPES.items()}
-    std_members = {t: frozenset({"type", *m}) for t, m in F.STANDARD_QUESTIONS.items()}
-    ext_members = {t: frozenset({"type", "instructions", *(["criteria"] if c else [])}) for t, c in ext_criteria.items()}
-    qfields = _ext("question")
-
-    def with_fields(members: Mapping[str, frozenset[str]], extra: Mapping[str, tuple[str, ...]]) -> dict[str, frozenset[str]]:
-        return {t: m | {name for name, types in extra.items() if not types or t in types} for t, m in members.items()}
-
-    q_ext = {name: spec["question_types"] for name, spec in qfields.items()}
-    q_legacy = {name: spec[2] for name, spec in F.LEGACY_QUESTION.items()}
-    v50_members = with_fields({**std_members, **ext_members}, q_ext)
-    options = {name: (spec["type"], spec["bounds"]) for name, spec in _ext("options").items()}
-    extension_names = frozenset(
-        [*(k.split(".", 1)[1] for k in F.EXTENSION_FIELDS if k.startswith(("request.", "question."))), "states", "images", "videos"]
-    )
-    standard = Reading(
-        schema="systemone/0.2",
-        request_members=frozenset(F.STANDARD_REQUEST),
-        required=frozenset(k for k, v in F.STANDARD_REQUEST.items() if v[1]),
-        options={},
-        criteria=std_criteria,
-        question_members=std_members,
-        asset_formats=F.STANDARD_ASSET_FORMATS,
-        ignore_unknown=True,
-        refused=extension_names,
-    )
-    v50 = Reading(
-        schema="vllm-sr/5.0",
-        request_members=frozenset({*F.STANDARD_REQUEST, "roles", "options"}),
-        required=frozenset({"state", "questions"}),
-        options=options,
-        criteria={**std_criteria, **ext_criteria},
-        question_members=v50_members,
-        asset_formats={**F.STANDARD_ASSET_FORMATS, **F.EXTENSION_ASSET_TYPES},
-        media_rule=True,
-    )
-    legacy_options = {**options, **F.LEGACY_OPTIONS}
-    v40 = Reading(
-        schema="vllm-sr/4.0",
-        request_members=v50.request_members | frozenset(F.LEGACY_REQUEST),
-        required=frozenset({"questions"}),
-        options=legacy_options,
-        criteria=v50.criteria,
-        question_members=with_fields(v50_members, q_legacy),
-        asset_formats=v50.asset_formats,
-        legacy=True,
-    )
-    internal = Reading(
-        schema="internal",
-        request_members=v40.request_members | {"media"},
-        required=v40.required,
-        options=legacy_options,
-        criteria=v40.criteria,
-        question_members=v40.question_members,
-        asset_formats=v40.asset_formats,
-        legacy=True,
-        internal=True,
-        tolerant=True,
-    )
-    return {r.schema: r for r in (standard, v50, v40, internal)}
-
-
-READINGS: Mapping[str, Reading] = MappingProxyType(_build())
-
-
-@dataclass
-class _Found:
-    """Everything wrong with one body, gathered before anything is raised."""
-
-    unknown: list[str] = field(default_factory=list)
-    items: list[DetailItem] = field(default_factory=list)
-    forms: list[str] = field(default_factory=list)
-
-    def bad(self, loc: Loc, msg: str, kind: str, ctx: dict[str, Any] | None = None) -> None:
-        self.items.append(DetailItem(loc, msg, kind, ctx))
-
-    def form(self, name: str) -> None:
-        if name not in self.forms:
-            self.forms.append(name)
-
-    def typed(self, loc: Loc, type_: str, value: Any, bounds: Mapping[str, Any] | None = None) -> bool:
-        if fieldtypes.valid(type_, value, bounds):
-            return True
-        found = fieldtypes.problems(type_, value, bounds)
-        for at, msg, kind in found:
-            ctx = _limit_ctx(kind, bounds)
-            self.bad(loc + at, msg, kind, ctx)
-        return not found
-
-
-def _limit_ctx(kind: str, bounds: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if bounds and kind == "too_short":
-        return {"min_length": bounds["min_items"]}
-    if bounds and kind == "too_long":
-        return {"max_length": bounds["max_items"]}
-    return None
 
 
 # ---------------------------------------------------------------------------- entry point
@@ -194,7 +50,7 @@ def read_body(body: bytes, reading: Reading, endpoint: Endpoint) -> tuple[Reques
     if len(body) > MAX_BODY_BYTES:
         raise RequestTooLarge(len(body))
     doc = parse_json(body)
-    found = _Found()
+    found = Found()
     if endpoint == "batch" or (endpoint == "decisions" and "requests" in doc):
         ir: Request | Batch = _batch(doc, reading, found)
     else:
@@ -219,7 +75,7 @@ def parse_json(body: bytes) -> JsonObject:
     return doc
 
 
-def _raise(found: _Found, reading: Reading) -> None:
+def _raise(found: Found, reading: Reading) -> None:
     if found.unknown:
         raise UnknownMembers(found.unknown, reading.schema if reading.schema != "internal" else "the internal form")
     if found.items:
@@ -241,20 +97,11 @@ def _require_one_valid(ir: Request | Batch) -> None:
         raise InvalidRequest(f"no question can be answered: {lines}", reason="no_valid_question")
 
 
-def _unknown(doc: Mapping[str, Any], allowed: frozenset[str], loc: Loc, reading: Reading, found: _Found, why: str = "") -> None:
-    for name in doc:
-        if name in allowed:
-            continue
-        if reading.ignore_unknown and name not in reading.refused:
-            continue
-        found.unknown.append(loc_text(loc + (name,)) + why)
-
-
 # ---------------------------------------------------------------------------- requests
 
 
-def _batch(doc: JsonObject, reading: Reading, found: _Found) -> Batch:
-    _unknown(doc, frozenset({"model", "requests", "options"}), ("body",), reading, found)
+def _batch(doc: JsonObject, reading: Reading, found: Found) -> Batch:
+    check_members(doc, frozenset({"model", "requests", "options"}), ("body",), reading, found)
     loc: Loc = ("body",)
     model = _model(doc, reading, found, loc, required=False)
     options = _options(doc, reading, found, loc)
@@ -278,25 +125,25 @@ def _batch(doc: JsonObject, reading: Reading, found: _Found) -> Batch:
     return Batch(frozen_map(items), "requests", model, options, long_context, tuple(doc))
 
 
-def _request(doc: JsonObject, reading: Reading, found: _Found, loc: Loc, batch: bool) -> Request:
+def _request(doc: JsonObject, reading: Reading, found: Found, loc: Loc, batch: bool) -> Request:
     allowed = reading.request_members - ({"options", "states"} if batch else set())
     if not reading.internal or batch:
         allowed = allowed - {"requests"}
-    _unknown(doc, allowed, loc, reading, found)
+    check_members(doc, allowed, loc, reading, found)
     model = _model(doc, reading, found, loc, required="model" in reading.required and not batch)
     options = None if batch else _options(doc, reading, found, loc)
     state, states = _state(doc, reading, found, loc)
-    assets, assets_member = _assets(doc, reading, found, loc)
-    questions = _questions(doc, reading, found, loc)
+    assets, assets_member = read_assets(doc, reading, found, loc)
+    questions = read_questions(doc, reading, found, loc)
     media: tuple[str, ...] = ()
     media_member = ""
     if assets_member == "inline":
-        media, media_member = _inline_media(state, states, questions, assets), "inline"
+        media, media_member = inline_media(state, states, questions, assets), "inline"
     elif "media" in doc:
-        media, media_member = _media_member(doc["media"], assets, found, loc), "media"
-    elif state is not MISSING and _media_split(state, assets) is not None:
+        media, media_member = read_media_member(doc["media"], assets, found, loc), "media"
+    elif state is not MISSING and media_split(state, assets) is not None:
         if reading.media_rule:
-            media, state = _media_split(state, assets)  # type: ignore[misc]
+            media, state = media_split(state, assets)  # type: ignore[misc]
             media_member = "state"
         elif reading.legacy:
             found.form("media_array")
@@ -329,7 +176,7 @@ def _states_batch(template: Request, states: tuple[Any, ...]) -> Batch:
     return Batch(frozen_map(items), "states", template.model, template.options, template.long_context, template.order)
 
 
-def _model(doc: Mapping[str, Any], reading: Reading, found: _Found, loc: Loc, required: bool) -> str | None:
+def _model(doc: Mapping[str, Any], reading: Reading, found: Found, loc: Loc, required: bool) -> str | None:
     if "model" not in doc:
         if required:
             found.bad(loc + ("model",), "Field required", "missing")
@@ -338,14 +185,14 @@ def _model(doc: Mapping[str, Any], reading: Reading, found: _Found, loc: Loc, re
     return model if found.typed(loc + ("model",), "string", model) else None
 
 
-def _options(doc: Mapping[str, Any], reading: Reading, found: _Found, loc: Loc) -> JsonObject | None:
+def _options(doc: Mapping[str, Any], reading: Reading, found: Found, loc: Loc) -> JsonObject | None:
     if "options" not in doc or "options" not in reading.request_members:
         return None
     options = doc["options"]
     at = loc + ("options",)
     if not found.typed(at, "map<any>", options):
         return None
-    _unknown(options, frozenset(reading.options), at, reading, found)
+    check_members(options, frozenset(reading.options), at, reading, found)
     for name, value in options.items():
         if name in reading.options:
             type_, bounds = reading.options[name]
@@ -353,7 +200,7 @@ def _options(doc: Mapping[str, Any], reading: Reading, found: _Found, loc: Loc) 
     return options
 
 
-def _state(doc: Mapping[str, Any], reading: Reading, found: _Found, loc: Loc) -> tuple[Any, tuple[Any, ...] | None]:
+def _state(doc: Mapping[str, Any], reading: Reading, found: Found, loc: Loc) -> tuple[Any, tuple[Any, ...] | None]:
     has_state, has_states = "state" in doc, "states" in doc and "states" in reading.request_members
     if has_state and has_states:
         found.bad(loc + ("states",), "give state or states, not both", "value_error")
@@ -371,7 +218,7 @@ def _state(doc: Mapping[str, Any], reading: Reading, found: _Found, loc: Loc) ->
     return state, None
 
 
-def _roles(doc: Mapping[str, Any], reading: Reading, found: _Found, loc: Loc, state: Any) -> Roles:
+def _roles(doc: Mapping[str, Any], reading: Reading, found: Found, loc: Loc, state: Any) -> Roles:
     if "roles" not in reading.request_members:
         return NO_ROLES
     if "roles" not in doc:
@@ -395,251 +242,3 @@ def _roles(doc: Mapping[str, Any], reading: Reading, found: _Found, loc: Loc, st
         elif isinstance(s, (tuple, list)):
             found.bad(at, "roles name keys of an object state; this state is an array", "value_error")
     return Roles("explicit", roles)
-
-
-# ---------------------------------------------------------------------------- media
-
-
-def _assets(doc: Mapping[str, Any], reading: Reading, found: _Found, loc: Loc) -> tuple[Mapping[str, Asset], str]:
-    inline = [k for k in ("images", "videos") if k in doc and k in reading.request_members]
-    if inline and "assets" in doc:
-        found.bad(loc + (inline[0],), "give assets or inline images and videos, not both", "value_error")
-        return MappingProxyType({}), "assets"
-    if inline:
-        return _inline_assets(doc, inline, found, loc), "inline"
-    raw = doc.get("assets")
-    if raw is None:
-        return MappingProxyType({}), "assets"
-    at = loc + ("assets",)
-    if not found.typed(at, "map<any>", raw, {"min_items": 1}):
-        return MappingProxyType({}), "assets"
-    assets: dict[str, Asset] = {}
-    members = frozenset(F.STANDARD_ASSET)
-    for placeholder, asset in raw.items():
-        here = at + (placeholder,)
-        if not placeholder:
-            found.bad(here, "a placeholder must not be empty", "string_too_short")
-        if not found.typed(here, "map<any>", asset):
-            continue
-        _unknown(asset, members, here, reading, found)
-        kind = asset.get("type", "image")
-        if kind not in reading.asset_formats:
-            found.bad(here + ("type",), f"must be one of {', '.join(reading.asset_formats)}", "enum")
-            continue
-        _asset_body(asset, reading.asset_formats[kind], found, here)
-        assets[placeholder] = Asset(kind, asset)
-    return MappingProxyType(assets), "assets"
-
-
-def _asset_body(asset: Mapping[str, Any], formats: tuple[str, ...], found: _Found, at: Loc) -> None:
-    for name in ("data_base64", "part"):
-        if name in asset:
-            found.typed(at + (name,), "string?", asset[name])
-    if asset.get("part") is None and asset.get("data_base64") is None:
-        found.bad(at, "needs data_base64 or part", "missing")
-    if asset.get("data_base64") is not None and asset.get("part") is None and "format" not in asset:
-        found.bad(at + ("format",), "Field required with data_base64", "missing")
-    if asset.get("format") is not None and asset["format"] not in formats:
-        found.bad(at + ("format",), f"must be one of {', '.join(formats)}", "enum")
-
-
-def _inline_assets(doc: Mapping[str, Any], members: list[str], found: _Found, loc: Loc) -> Mapping[str, Asset]:
-    assets: dict[str, Asset] = {}
-    for member in members:
-        found.form(member)
-        kind, formats = F.LEGACY_INLINE_MEDIA[member]
-        pattern = _IMG if member == "images" else _VID
-        at = loc + (member,)
-        if not found.typed(at, "array<map<any>>", doc[member]):
-            continue
-        for i, item in enumerate(doc[member]):
-            here = at + (i,)
-            for name in item:
-                if name not in ("format", "data_base64"):
-                    found.unknown.append(loc_text(here + (name,)))
-            found.typed(here + ("data_base64",), "string", item.get("data_base64"))
-            if item.get("format") not in formats:
-                found.bad(here + ("format",), f"must be one of {', '.join(formats)}", "enum")
-            assets[pattern.format(i + 1)] = Asset(kind, item)
-    return MappingProxyType(assets)
-
-
-def _media_split(state: Any, assets: Mapping[str, Asset]) -> tuple[tuple[str, ...], Any] | None:
-    """Image placeholders, then video placeholders, then exactly one other element."""
-    if not isinstance(state, tuple) or len(state) < 2 or not assets:
-        return None
-    i, n = 0, len(state) - 1
-    for kind in ("image", "video"):
-        while i < n and isinstance(state[i], str) and state[i] in assets and assets[state[i]].type == kind:
-            i += 1
-    if i != n:
-        return None
-    return tuple(state[:n]), state[n]
-
-
-def _media_member(raw: Any, assets: Mapping[str, Asset], found: _Found, loc: Loc) -> tuple[str, ...]:
-    at = loc + ("media",)
-    if not found.typed(at, "array<string>", raw, {"min_items": 1}):
-        return ()
-    for i, placeholder in enumerate(raw):
-        if placeholder not in assets:
-            found.bad(at + (i,), f"{placeholder!r} is not an asset placeholder", "value_error")
-    return tuple(raw)
-
-
-def _inline_media(state: Any, states: Any, questions: Mapping[str, Question], assets: Mapping[str, Asset]) -> tuple[str, ...]:
-    """4.0 inline media that nothing refers to are read before the state, images then videos."""
-    texts = list(_strings(states if states is not None else state))
-    for q in questions.values():
-        texts += _strings(q.instructions)
-        texts += _strings(q.criteria)
-    return tuple(p for p in assets if not any(p in t for t in texts))
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for name, item in value.items():
-            yield name
-            yield from _strings(item)
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _strings(item)
-
-
-# ---------------------------------------------------------------------------- questions
-
-
-def _questions(doc: Mapping[str, Any], reading: Reading, found: _Found, loc: Loc) -> Mapping[str, Question]:
-    at = loc + ("questions",)
-    if "questions" not in doc:
-        found.bad(at, "Field required", "missing")
-        return MappingProxyType({})
-    raw = doc["questions"]
-    if not found.typed(at, "map<any>", raw, {"min_items": 1}):
-        return MappingProxyType({})
-    out: dict[str, Question] = {}
-    for q_id, q in raw.items():
-        here = at + (q_id,)
-        if not q_id:
-            found.bad(here, "a question id must not be empty", "string_too_short")
-            continue
-        own = _Found() if reading.tolerant else found
-        question = _question(q, reading, own, here)
-        if own is not found:
-            found.unknown += own.unknown
-            for name in own.forms:
-                found.form(name)
-            if own.items and question is not None:
-                question = _failed(q_id, q, own.items)
-            elif own.items:
-                found.items += own.items
-        if question is not None:
-            out[q_id] = question
-    return MappingProxyType(out)
-
-
-def _failed(q_id: str, raw: Any, items: list[DetailItem]) -> Question:
-    message = "; ".join(f"{loc_text(i.loc)}: {i.msg}" for i in items)
-    problem = ErrorInfo(422, "invalid_question", message, "api_usage_error", "question_malformed", q_id, items=tuple(items))
-    return Question(type=str(raw.get("type", "")), order=tuple(raw), problem=problem, raw=raw)
-
-
-def _question(q: Any, reading: Reading, found: _Found, at: Loc) -> Question | None:
-    if not isinstance(q, dict):
-        found.bad(at, "must be an object", "model_attributes_type")
-        return None
-    kind = q.get("type", MISSING)
-    if kind is MISSING:
-        found.bad(at, "Unable to extract tag using discriminator 'type'", "union_tag_not_found")
-        return None
-    if kind not in reading.question_members:
-        tags = ", ".join(repr(t) for t in reading.question_members)
-        found.bad(at + ("type",), f"Input tag {kind!r} found using 'type' does not match any of the expected tags: {tags}", "union_tag_invalid")
-        return None
-    at = at + (kind,)  # FastAPI's loc names the union member: questions.<id>.<type>.<field>
-    allowed = reading.question_members[kind]
-    for name in q.keys() - allowed:
-        if reading.ignore_unknown and name not in reading.refused:
-            continue
-        why = f" ({kind} questions take no {name})" if _defined_elsewhere(name, reading) else ""
-        found.unknown.append(loc_text(at[:-1] + (name,)) + why)
-    if "instructions" in q:
-        found.typed(at + ("instructions",), "text?", q["instructions"])
-    criteria, member = _criteria(q, kind, reading, found, at)
-    extensions = _NO_EXTENSIONS
-    if not q.keys().isdisjoint(_QUESTION_EXTENSIONS):
-        extensions = JsonObject((name, q[name]) for name in q if name in allowed and name in _QUESTION_EXTENSIONS)
-        for name, value in extensions.items():
-            spec = _QUESTION_EXTENSIONS[name]
-            found.typed(at + (name,), spec["type"], value, spec["bounds"])
-    question = Question(
-        type=kind,
-        instructions=q.get("instructions", MISSING),
-        criteria=criteria,
-        criteria_member=member,
-        extensions=extensions,
-        order=tuple(q),
-    )
-    if question.preset_only:
-        _preset_only(question, reading, found, at)
-    elif kind in _NEEDS_CRITERIA and not any(m in q for m in ("criteria", "choices", "levels", "labels")):
-        found.bad(at + ("criteria",), "Field required", "missing")
-    return question
-
-
-def _defined_elsewhere(name: str, reading: Reading) -> bool:
-    return any(name in members for members in reading.question_members.values())
-
-
-def _criteria(q: Mapping[str, Any], kind: str, reading: Reading, found: _Found, at: Loc) -> tuple[Any, str]:
-    given = [m for m in ("criteria", "choices", "levels", "labels") if m in q and m in reading.question_members[kind]]
-    if len(given) > 1:
-        found.bad(at + (given[1],), f"give {given[0]} or {given[1]}, not both", "value_error")
-        return MISSING, given[0]
-    if not given:
-        return MISSING, "criteria"
-    member = given[0]
-    value = q[member]
-    if member != "criteria":
-        found.form(member)
-        type_, bounds, _ = F.LEGACY_QUESTION[member]
-        if not found.typed(at + (member,), type_, value, bounds):
-            return MISSING, member
-        if member == "levels":
-            return value, member
-        if len(set(value)) != len(value):
-            found.bad(at + (member,), f"{member} must not repeat a name", "value_error")
-            return MISSING, member
-        return JsonObject((name, None) for name in value), member
-    if kind == "noul":
-        if value is not None and found.typed(at + ("criteria",), "map<any>", value):
-            _unknown(value, frozenset(F.STANDARD_NOUL_CRITERIA), at[:-1] + ("criteria",), reading, found)
-            for side in ("true", "false"):
-                if side in value:
-                    found.typed(at + ("criteria", side), "text?", value[side])
-        return value, member
-    if kind == "score" and isinstance(value, dict):
-        found.bad(at + ("criteria",), "score criteria are an array of levels, low to high (the map form is not accepted)", "list_type")
-        return MISSING, member
-    spec = reading.criteria.get(kind)
-    if spec is not None:
-        found.typed(at + ("criteria",), spec[0], value, spec[1])
-    return value, member
-
-
-def _preset_only(question: Question, reading: Reading, found: _Found, at: Loc) -> None:
-    if not reading.legacy:
-        found.bad(
-            at + ("preset",),
-            "a question with a preset carries its own instructions and criteria in vllm-sr/5.0 (a preset alone is a vllm-sr/4.0 form)",
-            "missing",
-        )
-        return
-    found.form("preset_only")
-    preset = F.PRESETS.get(question.preset or "")
-    if preset is None:
-        found.bad(at + ("preset",), f"unknown preset {question.preset!r} (canonical presets: {', '.join(F.PRESETS)})", "enum")
-    elif preset["type"] != question.type:
-        found.bad(at + ("preset",), f"preset {question.preset!r} is a {preset['type']} question, not {question.type}", "value_error")
