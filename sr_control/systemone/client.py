@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 
 from sr_control.systemone.errors import DeadlineExceeded, ErrorInfo
 from sr_control.systemone.deviations import DEVIATIONS
-from sr_control.systemone.generated.fields import SPECS
+from sr_control.systemone.generated.fields import SPECS, STANDARD_ASSET_FORMATS, STANDARD_QUESTIONS
 from sr_control.systemone.generated.strip import REFUSE
 from sr_control.systemone.ir import Batch, ItemResult, Listing, Reply, Request, items
 from sr_control.systemone.jsontext import JsonObject, Number, dumpb, loads
 from sr_control.systemone.listener import LONG_CONTEXT_HEADER
-from sr_control.systemone.replies import decode_error, decode_listing, decode_reply
+from sr_control.systemone.replies import decode_error, decode_listing, decode_reply, item_result
 from sr_control.systemone.writing import request_doc
 
 LISTING_PATH = "/v1/models"
@@ -125,7 +125,7 @@ class SchemaCodec:
         if call.batch:
             sub = Batch({name: r for name, r in items(plan.ir) if name in call.items})
             return dict(decode_reply(doc, sub).items)
-        return {call.items[0]: decode_reply(doc, Request(state=None, questions={})).items[""]}
+        return {call.items[0]: item_result(doc)}
 
     def missed(self, plan: CallPlan, call: WireCall) -> dict[str, ItemResult]:
         """A call that did not answer within the caller's deadline: only its questions are unknown."""
@@ -162,10 +162,11 @@ def _options(ir: Request | Batch, deadline: int | None) -> JsonObject | None:
 
 
 def _capabilities(schema: str) -> frozenset[str]:
-    standard = {"noul", "choice", "score", "box", "image"}
+    """Question types, asset types and features a target of ``schema`` can be asked for."""
+    standard = {*STANDARD_QUESTIONS, *STANDARD_ASSET_FORMATS, "presets"}  # presets: expanded
     if schema == "systemone/0.2":
-        return frozenset(standard | {"presets"})
-    return frozenset(standard | set(REFUSE["question_type"]) | set(REFUSE["asset_type"]) | {"batch", "roles", "presets"} | set(REFUSE["question"]))
+        return frozenset(standard)
+    return frozenset(standard | {*REFUSE["question_type"], *REFUSE["asset_type"], *REFUSE["question"], "batch", "roles"})
 
 
 def _codecs() -> dict[str, SchemaCodec]:

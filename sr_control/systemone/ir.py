@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from sr_control.systemone.errors import ErrorInfo
 from sr_control.systemone.generated.fields import IMPLICIT_ROLES
-from sr_control.systemone.jsontext import JsonObject
+from sr_control.systemone.jsontext import JsonObject, Number
 
 
 class _Missing:
@@ -112,8 +112,7 @@ class Request:
 
     @property
     def deadline_ms(self) -> int | None:
-        value = (self.options or {}).get("deadline_ms")
-        return None if value is None else int(value.value)
+        return _deadline(self.options)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +126,14 @@ class Batch:
 
     @property
     def deadline_ms(self) -> int | None:
-        value = (self.options or {}).get("deadline_ms")
-        return None if value is None else int(value.value)
+        return _deadline(self.options)
+
+
+def _deadline(options: JsonObject | None) -> int | None:
+    value = (options or {}).get("deadline_ms")
+    if value is None:
+        return None
+    return int(value.value if isinstance(value, Number) else value)
 
 
 def items(ir: Request | Batch) -> Iterator[tuple[str, Request]]:

@@ -160,10 +160,10 @@ def decode_reply(body: bytes | Mapping[str, Any], ir: Request | Batch) -> Reply:
         raise ProtocolError("the upstream's answer is not a JSON object", status=502, code="invalid_model_output", error_type="upstream_error")
     model = doc.get("model")
     if isinstance(ir, Request):
-        return Reply({"": _result(doc)}, model)
+        return Reply({"": item_result(doc)}, model)
     if ir.form == "requests":
         responses = doc.get("responses") or {}
-        return Reply({name: _result(responses[name]) if name in responses else _unanswered(name) for name in ir.items}, model, doc.get("usage"))
+        return Reply({name: item_result(responses[name]) if name in responses else _unanswered(name) for name in ir.items}, model, doc.get("usage"))
     per_state = {k: v for k, v in doc.items() if k not in ("model", "answers", "usage") and isinstance(v, tuple)}
     answers = doc.get("answers") or ()
     results = {}
@@ -176,7 +176,8 @@ def decode_reply(body: bytes | Mapping[str, Any], ir: Request | Batch) -> Reply:
     return Reply(results, model, doc.get("usage"))
 
 
-def _result(doc: Mapping[str, Any]) -> ItemResult:
+def item_result(doc: Mapping[str, Any]) -> ItemResult:
+    """One request's response: its answers, usage and the response members beside them."""
     extras = JsonObject((k, v) for k, v in doc.items() if k not in ("model", "answers", "usage"))
     return ItemResult(doc.get("answers") or JsonObject(), doc.get("usage"), extras, doc.get("model"))
 
@@ -193,11 +194,11 @@ def reply_doc(reply: Reply, ir: Request | Batch, endpoint: Endpoint, flavour: Fl
     if not inline_errors:
         for name, request in _requests(ir):
             _raise_first_failure(reply.items.get(name) or _unanswered(name), request, name if isinstance(ir, Batch) else None)
-    docs = {name: _response(reply.items[name], request, flavour, inline_errors) for name, request in _requests(ir) if name in reply.items}
+    docs = {name: _response(reply.items.get(name) or _unanswered(name), request, flavour, inline_errors) for name, request in _requests(ir)}
     model = reply.model or next((d.get("model") for d in docs.values() if d.get("model")), None) or ""
     if isinstance(ir, Request):
         return docs[""]
-    usage = reply.usage if reply.usage is not None else _sum_usage(reply.items[n].usage for n in names)
+    usage = reply.usage if reply.usage is not None else _sum_usage(reply.items[n].usage for n in names if n in reply.items)
     if ir.form == "requests":
         return JsonObject([("model", model), ("responses", JsonObject(docs)), ("usage", usage)])
     members: list[tuple[str, Any]] = [("model", model), ("answers", tuple(d["answers"] for d in docs.values())), ("usage", usage)]

@@ -130,3 +130,19 @@ def test_help_names_the_commands() -> None:
     assert result.exit_code == 0 and "check" in result.output and "plan" in result.output
     result = invoke("schemas", "--help")
     assert all(word in result.output for word in ("generate", "check", "drift"))
+
+
+def test_the_troubleshooting_page_example_is_what_the_command_prints(tmp_path: Path) -> None:
+    page = (ROOT / "docs/systemone/troubleshooting.md").read_text(encoding="utf-8")
+    request = page.split("```json\n", 1)[1].split("```", 1)[0]
+    file = tmp_path / "old-client.json"
+    file.write_text(request)
+    refused = json.loads(invoke("systemone", "check", "--schema", "vllm-sr/5.0", str(file)).output)
+    message = refused["error"]["body"]["detail"]["message"]
+    assert f'"message": "{message}"' in page
+    accepted = json.loads(invoke("systemone", "check", "--schema", "vllm-sr/4.0", str(file)).output)
+    assert f'"legacy_forms": {json.dumps(accepted["legacy_forms"])}' in page
+    span = tmp_path / "span.json"
+    span.write_text('{"state": "Mail me at jane@example.com", "questions": {"pii": {"type": "span", "criteria": {"email": null}}}}')
+    planned = json.loads(invoke("systemone", "plan", "--target", "systemone/0.2", str(span)).output)
+    assert f'"message": "{planned["error"]["body"]["detail"]["message"]}"' in page
