@@ -26,6 +26,33 @@ from typing import Any
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
+# Question error codes (seed 002's table) and the status each one fails a request with.
+QUESTION_ERROR_STATUS: dict[str, int] = {
+    "invalid_question": 422,
+    "max_length_exceeded": 400,
+    "scan_budget_exceeded": 400,
+    "invalid_input": 400,
+    "invalid_model_output": 500,
+    "unavailable": 503,
+    "deadline_exceeded": 504,
+}
+
+# The standard's detail.error_type for each status it documents (system-one-standard.md §3).
+ERROR_TYPE_BY_STATUS: dict[int, str] = {
+    400: "api_usage_error",
+    401: "authentication_error",
+    403: "authentication_error",
+    404: "not_found",
+    413: "api_usage_error",
+    422: "api_usage_error",
+    429: "rate_limit_error",
+    500: "unknown",
+    503: "overloaded_error",
+    504: "timeout",
+    529: "overloaded_error",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class DetailItem:
     """One entry of a 422 ``detail`` list, FastAPI-shaped: ``loc`` starts at "body"."""
@@ -54,7 +81,7 @@ class ErrorInfo:
 
 
 class ProtocolError(Exception):
-    """Base of the tree: ``info`` holds everything a body needs."""
+    """Base of the tree: ``info`` holds everything a body needs; ``status`` and ``code`` are its."""
 
     status = 400
     code = "invalid_request"
@@ -76,11 +103,14 @@ class ProtocolError(Exception):
         retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
+        status = status or self.status
+        if error_type is None:  # a status other than the class's names its own error_type
+            error_type = self.error_type if status == type(self).status else ERROR_TYPE_BY_STATUS.get(status, self.error_type)
         self.info = ErrorInfo(
-            status=status or self.status,
+            status=status,
             code=code or self.code,
             message=message,
-            error_type=error_type or self.error_type,
+            error_type=error_type,
             reason=reason or self.reason,
             question=question,
             state=state,
@@ -88,12 +118,14 @@ class ProtocolError(Exception):
             items=tuple(items),
             retry_after=retry_after,
         )
+        self.status, self.code = self.info.status, self.info.code
 
     @classmethod
     def from_info(cls, info: ErrorInfo) -> ProtocolError:
         err = cls.__new__(cls)
         Exception.__init__(err, info.message)
         err.info = info
+        err.status, err.code = info.status, info.code
         return err
 
     def in_state(self, state: str | int) -> ProtocolError:
@@ -169,33 +201,6 @@ class UpstreamError(ProtocolError):
 
     code = "upstream_error"
     error_type = "upstream_error"
-
-
-# Question error codes (seed 002's table) and the status each one fails a request with.
-QUESTION_ERROR_STATUS: dict[str, int] = {
-    "invalid_question": 422,
-    "max_length_exceeded": 400,
-    "scan_budget_exceeded": 400,
-    "invalid_input": 400,
-    "invalid_model_output": 500,
-    "unavailable": 503,
-    "deadline_exceeded": 504,
-}
-
-# The standard's detail.error_type for each status it documents (system-one-standard.md §3).
-ERROR_TYPE_BY_STATUS: dict[int, str] = {
-    400: "api_usage_error",
-    401: "authentication_error",
-    403: "authentication_error",
-    404: "not_found",
-    413: "api_usage_error",
-    422: "api_usage_error",
-    429: "rate_limit_error",
-    500: "unknown",
-    503: "overloaded_error",
-    504: "timeout",
-    529: "overloaded_error",
-}
 
 
 def _loc_text(loc: tuple[str | int, ...]) -> str:

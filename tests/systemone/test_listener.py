@@ -74,7 +74,7 @@ def test_on_systemone_the_first_failed_question_in_request_order_fails_the_reque
     answer = V50.answer_error(caught.value, req)
     assert answer.status == 504
     assert json.loads(answer.body) == {
-        "detail": {"error_type": "api_usage_error", "message": "too slow"},
+        "detail": {"error_type": "timeout", "message": "too slow"},
         "code": "question_failed",
         "question": "urgent",
         "reason": "deadline_exceeded",
