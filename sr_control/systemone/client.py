@@ -98,8 +98,7 @@ class SchemaCodec:
         headers = (("content-type", "application/json"),) + (((LONG_CONTEXT_HEADER, "true"),) if long_context else ())
         named = list(items(ir))
         if self.batch and isinstance(ir, Batch):
-            requests = JsonObject((name, request_doc(r, self.id)) for name, r in named)
-            doc = JsonObject([*([("model", target.model or ir.model)] if (target.model or ir.model) else []), ("requests", requests), *([("options", options)] if options else [])])
+            doc = _batch_doc(ir, self.id, target.model, options)
             calls = [WireCall("POST", target.path.rstrip("/") + "/batch", doc, tuple(n for n, _ in named), headers, batch=True)]
         else:
             calls = [WireCall("POST", target.path, request_doc(r, self.id, target.model, options), (name,), headers) for name, r in named]
@@ -108,6 +107,8 @@ class SchemaCodec:
             diagnostics.append(f"split into {len(calls)} calls, at most {target.max_concurrency} at once")
         for name in target.deviations:
             deviation = DEVIATIONS[name]
+            if not deviation.applies(self.id):
+                raise ValueError(f"deviation {name!r} does not apply to {self.id}")
             rewritten = []
             for call in calls:
                 call, notes = deviation.rewrite_request(call)
@@ -120,6 +121,12 @@ class SchemaCodec:
         """Each of the call's requests, answered or failed (a failed batch names its request)."""
         if reply.status != 200:
             info = decode_error(reply.status, reply.headers, reply.body)
+            if call.batch and info.state in call.items:
+                # A 5.0 batch fails whole on one request's question: that request keeps the
+                # error; the others were simply not answered.
+                others = replace(info, code="question_failed", reason="batch_failed", question=None, items=(),
+                                 message=f"not answered: the batch failed on request {info.state!r}")
+                return {name: ItemResult(error=info if name == info.state else replace(others, state=name)) for name in call.items}
             return {name: ItemResult(error=_for_item(info, name, plan)) for name in call.items}
         doc = loads(reply.body)
         if call.batch:
@@ -146,6 +153,16 @@ _NOT_RUN = ErrorInfo(504, "question_failed", "the call was never made", "timeout
 
 def _for_item(info: ErrorInfo, name: str, plan: CallPlan) -> ErrorInfo:
     return replace(info, state=name) if isinstance(plan.ir, Batch) else info
+
+
+def _batch_doc(ir: Batch, schema: str, model: str | None, options: JsonObject | None) -> JsonObject:
+    members: list[tuple[str, object]] = []
+    if model or ir.model:
+        members.append(("model", model or ir.model))
+    members.append(("requests", JsonObject((name, request_doc(r, schema)) for name, r in ir.items.items())))
+    if options:
+        members.append(("options", options))
+    return JsonObject(members)
 
 
 def _deadline(ir: Request | Batch, policy: Policy) -> int | None:

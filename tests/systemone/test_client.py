@@ -139,3 +139,13 @@ def test_listing_is_decoded_from_either_schemas_form() -> None:
     assert listing.models[0].extensions == {"features": ("noul",)}
     legacy = C50.decode_listing(200, b({"data": [{"id": "d3", "version": "4.0"}]}))
     assert legacy.models[0].name == "d3"
+
+
+def test_a_failed_5_0_batch_keeps_the_error_on_the_request_it_names() -> None:
+    req = V50L.read("/v1/systemone/batch", b(BATCH))
+    plan = C50.plan(req.ir, Target("vllm-sr/5.0"))
+    (call,) = plan.calls
+    error = {"detail": [{"loc": ["body", "requests", "doc_2", "questions", "q"], "msg": "bad", "type": "invalid_question"}], "code": "question_failed", "question": "q", "state": "doc_2", "reason": "question_malformed"}
+    results = C50.decode_reply(plan, call, WireReply(422, b(error)))
+    assert results["doc_2"].error.reason == "question_malformed" and results["doc_2"].error.question == "q"
+    assert results["doc_0"].error.reason == "batch_failed" and results["doc_0"].error.state == "doc_0"
