@@ -258,6 +258,7 @@ def reference_page(specs: SpecSet) -> str:
             if f.get("endpoints"):
                 where = f" (on {', '.join(f['endpoints'])})"
             summary = " ".join(str(f["summary"]).split()).replace("|", "\\|")
+            kind = kind.replace("|", "\\|")  # a pipe inside a table cell ends the cell, even in code
             out.append(
                 f"| `{f['name']}` | {('`' + kind + '`') if kind else ''} | {f['since']} | {f.get('on_standard', '')} | {summary}{where} |"
             )
