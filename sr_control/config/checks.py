@@ -17,6 +17,8 @@ from sr_control.config.catalog import api_kind, catalog
 from sr_control.config.errors import Loc
 from sr_control.config.model import RouterConfig
 from sr_control.systemone import schemas
+from sr_control.systemone.generated.fields import PRESETS
+from sr_control.systemone.generated.strip import REFUSE
 
 Finding = tuple[Loc, str]
 
@@ -77,6 +79,26 @@ def check_deployments(ctx: Context) -> Iterator[Finding]:
             elif dep.schema_ not in schemas.DEVIATIONS[dev].applies_to:
                 fits = _supported(tuple(schemas.DEVIATIONS[dev].applies_to))
                 yield loc + ("deviations", j), f"deviation {dev!r} does not apply to {dep.schema_} (it applies to {fits})"
+
+
+def check_systemone_02_capabilities(ctx: Context) -> Iterator[Finding]:
+    """What systemone/0.2 cannot carry (span, set and track questions, video, span presets) is
+    refused at load, one line per need, naming the rule and the deployment."""
+    for name, dep in ctx.config.deployments.items():
+        if dep.schema_ != "systemone/0.2" or dep.capabilities is None:
+            continue
+        loc: Loc = ("deployments", name, "capabilities")
+        rule = f"deployment {name!r} speaks systemone/0.2, which"
+        for j, kind in enumerate(dep.capabilities.question_types):
+            if kind in REFUSE["question_type"]:
+                yield loc + ("question_types", j), f"{rule} cannot carry {kind} questions (0.2 asks noul, choice, score and box questions)"
+        for j, modality in enumerate(dep.capabilities.modalities):
+            if modality in REFUSE["asset_type"]:
+                yield loc + ("modalities", j), f"{rule} cannot carry {modality} assets (0.2 takes text and images)"
+        for j, preset in enumerate(dep.capabilities.presets):
+            kind = PRESETS.get(preset, {}).get("type")
+            if kind in REFUSE["question_type"]:
+                yield loc + ("presets", j), f"{rule} cannot carry preset {preset!r}: it needs {kind} questions (0.2 presets expand to instructions and criteria)"
 
 
 def check_pools(ctx: Context) -> Iterator[Finding]:
@@ -177,6 +199,7 @@ def _check_apis(ctx: Context, loc: Loc, apis: dict, models) -> Iterator[Finding]
 CHECKS: tuple[Check, ...] = (
     check_provider_models,
     check_deployments,
+    check_systemone_02_capabilities,
     check_pools,
     check_model_names,
     check_listeners,
