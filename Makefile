@@ -20,6 +20,7 @@ serve: install
 	$(BIN)/vllm-sr serve
 
 test: install
+	$(BIN)/vllm-sr schemas check
 	$(BIN)/python -m pytest -q
 
 clean:

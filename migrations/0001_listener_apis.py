@@ -61,6 +61,34 @@ def _flow_seq(items: list[Any]) -> CommentedSeq:
     return s
 
 
+def _subseq(models: Any, picks: list[int]) -> CommentedSeq:
+    """The picked items of ``models`` as a new flow list that remembers where each item was,
+    so a problem found while reading a format-1 file points at the user's own line."""
+    seq = _flow_seq([models[i] for i in picks])
+    for j, i in enumerate(picks):
+        try:
+            seq.lc.add_kv_line_col(j, list(models.lc.item(i)))  # type: ignore[arg-type]
+        except (AttributeError, KeyError, TypeError):
+            pass
+    return seq
+
+
+def _place(listener: CommentedMap, key: str, at_key: str) -> None:
+    """Give the new ``apis`` map (and its entries) the position of the field it replaces."""
+    try:
+        line, col = listener.lc.key(at_key)
+    except (KeyError, TypeError):
+        return
+    listener.lc.add_kv_line_col(key, [line, col, line, col])
+    apis = listener[key]
+    apis.lc.line, apis.lc.col = line, col
+    for api, settings in apis.items():
+        apis.lc.add_kv_line_col(api, [line, col, line, col])
+        settings.lc.line, settings.lc.col = line, col
+        for name in settings:
+            settings.lc.add_kv_line_col(name, [line, col, line, col])
+
+
 def _migrate_listener(listener: CommentedMap, decision: set[str], index: int) -> str:
     keys = list(listener.keys())
     at = min(keys.index(k) for k in ("models", "systemone") if k in listener)
@@ -68,14 +96,16 @@ def _migrate_listener(listener: CommentedMap, decision: set[str], index: int) ->
     systemone = listener.get("systemone")
 
     apis = CommentedMap()
-    llm = None if models is None else [m for m in models if str(m) not in decision]
+    llm = None if models is None else [i for i, m in enumerate(models) if str(m) not in decision]
     for api in LLM_APIS:
-        apis[api] = _flow_map([] if llm is None else [("models", _flow_seq(list(llm)))])
-    served_systemone = systemone is not None and systemone is not False
+        apis[api] = _flow_map([] if llm is None else [("models", _subseq(models, llm))])
+    served_systemone = systemone is not None and systemone is not False and not (
+        isinstance(systemone, dict) and systemone.get("enabled") is False
+    )
     if served_systemone:
         settings: list[tuple[str, Any]] = [("schema", "vllm-sr/4.0")]
         if models is not None:
-            settings.append(("models", _flow_seq([m for m in models if str(m) in decision])))
+            settings.append(("models", _subseq(models, [i for i, m in enumerate(models) if str(m) in decision])))
         if isinstance(systemone, dict):
             for key, value in systemone.items():
                 if key != "enabled":
@@ -86,6 +116,7 @@ def _migrate_listener(listener: CommentedMap, decision: set[str], index: int) ->
     for key in ("models", "systemone"):
         listener.pop(key, None)
     listener.insert(at, "apis", apis)
+    _place(listener, "apis", at_key=keys[at])
     # Comments written on or under the removed fields stay with the listener, above apis.
     if lines:
         listener.yaml_set_comment_before_after_key("apis", before="\n".join(lines), indent=listener.lc.col or 0)

@@ -17,6 +17,8 @@ from sr_control.config.catalog import api_kind, catalog
 from sr_control.config.errors import Loc
 from sr_control.config.model import RouterConfig
 from sr_control.systemone import schemas
+from sr_control.systemone.generated.fields import PRESETS
+from sr_control.systemone.generated.strip import REFUSE
 
 Finding = tuple[Loc, str]
 
@@ -38,11 +40,12 @@ def _supported(ids: tuple[str, ...]) -> str:
 
 
 def check_provider_models(ctx: Context) -> Iterator[Finding]:
-    names = Counter(m.name for m in ctx.config.providers.models)
+    seen: set[str] = set()
     for i, model in zip(ctx.provider_index, ctx.config.providers.models):
         loc: Loc = ("providers", "models", i)
-        if names[model.name] > 1:
+        if model.name in seen:
             yield loc + ("name",), f"model {model.name!r} is defined more than once"
+        seen.add(model.name)
         try:
             api = REGISTRY.get(model.api_format)
         except UnknownApiError as exc:
@@ -76,6 +79,26 @@ def check_deployments(ctx: Context) -> Iterator[Finding]:
             elif dep.schema_ not in schemas.DEVIATIONS[dev].applies_to:
                 fits = _supported(tuple(schemas.DEVIATIONS[dev].applies_to))
                 yield loc + ("deviations", j), f"deviation {dev!r} does not apply to {dep.schema_} (it applies to {fits})"
+
+
+def check_systemone_02_capabilities(ctx: Context) -> Iterator[Finding]:
+    """What systemone/0.2 cannot carry (span, set and track questions, video, span presets) is
+    refused at load, one line per need, naming the rule and the deployment."""
+    for name, dep in ctx.config.deployments.items():
+        if dep.schema_ != "systemone/0.2" or dep.capabilities is None:
+            continue
+        loc: Loc = ("deployments", name, "capabilities")
+        rule = f"deployment {name!r} speaks systemone/0.2, which"
+        for j, kind in enumerate(dep.capabilities.question_types):
+            if kind in REFUSE["question_type"]:
+                yield loc + ("question_types", j), f"{rule} cannot carry {kind} questions (0.2 asks noul, choice, score and box questions)"
+        for j, modality in enumerate(dep.capabilities.modalities):
+            if modality in REFUSE["asset_type"]:
+                yield loc + ("modalities", j), f"{rule} cannot carry {modality} assets (0.2 takes text and images)"
+        for j, preset in enumerate(dep.capabilities.presets):
+            kind = PRESETS.get(preset, {}).get("type")
+            if kind in REFUSE["question_type"]:
+                yield loc + ("presets", j), f"{rule} cannot carry preset {preset!r}: it needs {kind} questions (0.2 presets expand to instructions and criteria)"
 
 
 def check_pools(ctx: Context) -> Iterator[Finding]:
@@ -113,12 +136,16 @@ def check_model_names(ctx: Context) -> Iterator[Finding]:
 def check_listeners(ctx: Context) -> Iterator[Finding]:
     config = ctx.config
     models = catalog(config)
-    names = Counter(l.name for l in config.listeners)
+    # A provider model whose api_format is unknown is reported once, where it is defined.
+    unkinded = {m.name for m in config.providers.models if api_kind(m.api_format) is None}
+    ctx = Context(config, ctx.ignored | unkinded, ctx.listener_index, ctx.provider_index)
+    names: set[str] = set()
     bound: dict[int, list[tuple[str, int]]] = {}
     for i, listener in zip(ctx.listener_index, config.listeners):
         loc: Loc = ("listeners", i)
-        if names[listener.name] > 1:
+        if listener.name in names:
             yield loc + ("name",), f"listener name {listener.name!r} is used more than once"
+        names.add(listener.name)
         for other, j in bound.get(listener.port, []):
             if _overlap(other, listener.address):
                 yield loc + ("port",), f"port {listener.port} on {listener.address} is already taken by listeners[{j}]"
@@ -172,6 +199,7 @@ def _check_apis(ctx: Context, loc: Loc, apis: dict, models) -> Iterator[Finding]
 CHECKS: tuple[Check, ...] = (
     check_provider_models,
     check_deployments,
+    check_systemone_02_capabilities,
     check_pools,
     check_model_names,
     check_listeners,

@@ -125,6 +125,15 @@ def validate_text(text: str, file: str) -> Report:
         problem(loc, message)
 
     report.problems.sort(key=lambda p: (p.line, p.column, p.severity != "error"))
+    # A field moved by an in-memory migration can fail once per copy (one listener ``models``
+    # becomes four APIs' lists): say it once, where the user wrote it.
+    seen: set[tuple[int, int, str]] = set()
+    unique = []
+    for p in report.problems:
+        if (p.line, p.column, p.message) not in seen:
+            seen.add((p.line, p.column, p.message))
+            unique.append(p)
+    report.problems = unique
     if report.valid:
         report.config = RouterConfig.model_validate(data | {"version": CURRENT_VERSION})
     return report
@@ -173,23 +182,37 @@ def _describe(err: ErrorDetails) -> tuple[Loc, str, bool]:
     msg = err["msg"]
     if kind == "value_error":
         msg = msg.removeprefix("Value error, ")
+    elif kind == "too_short":
+        n = err.get("ctx", {}).get("min_length", 1)
+        msg = "must not be empty" if n == 1 else f"must have at least {n} items"
+    elif kind == "too_long":
+        msg = f"must have at most {err.get('ctx', {}).get('max_length')} items"
     elif kind == "literal_error":
         msg = msg.replace("Input should be", "must be")
     elif kind == "string_pattern_mismatch" and loc and loc[-1] == "name":
         msg = "must be lowercase letters, digits, '-' or '_', starting and ending with a letter or digit (at most 63)"
     else:
         msg = msg.replace("Input should be", "must be").replace("Input should have", "must have")
-    if "input" in err and kind not in ("missing",) and not isinstance(err["input"], (dict, list)):
+    if "input" in err and kind not in ("missing", "value_error", "too_short", "too_long") and not isinstance(err["input"], (dict, list)):
         msg += f" (got {err['input']!r})"
     return loc, msg, False
 
 
-def _validate_model(value: Any, loc: Loc, model: type[BaseModel], problem: Any) -> BaseModel | None:
+def _validate_model(value: Any, loc: Loc, model: type[BaseModel], problem: Any) -> tuple[BaseModel | None, bool]:
+    """(entry, ok). A broken entry is reported, then read again without its broken fields, so
+    the whole-file rules still see the rest of it (a bad ``max_concurrency`` must not hide a bad
+    ``schema``). Only an entry that cannot be read even so comes back as None."""
     try:
-        return model.model_validate(value)
+        return model.model_validate(value), True
     except ValidationError as exc:
         _errors(exc, loc, problem)
-        return None
+        broken = {err["loc"][0] for err in exc.errors() if err["loc"]}
+    if not isinstance(value, dict) or not broken:
+        return None, False
+    try:
+        return model.model_validate({k: v for k, v in value.items() if k not in broken}), False
+    except ValidationError:
+        return None, False
 
 
 def _validate_map(value: Any, loc: Loc, model: type[BaseModel], problem: Any, ignored: set[str]) -> dict[str, Any]:
@@ -203,7 +226,7 @@ def _validate_map(value: Any, loc: Loc, model: type[BaseModel], problem: Any, ig
         if not isinstance(name, str) or not name:
             problem(loc + (name,), "names must be non-empty strings", at_key=True)
             continue
-        parsed = _validate_model(entry, loc + (name,), model, problem)
+        parsed, _ = _validate_model(entry, loc + (name,), model, problem)
         if parsed is None:
             ignored.add(name)
             if isinstance(entry, dict) and isinstance(entry.get("model"), str):
@@ -221,7 +244,7 @@ def _validate_list(value: Any, loc: Loc, model: type[BaseModel], problem: Any, i
         return [], []
     out, index = [], []
     for i, entry in enumerate(value):
-        parsed = _validate_model(entry, loc + (i,), model, problem)
+        parsed, _ = _validate_model(entry, loc + (i,), model, problem)
         if parsed is None:
             if isinstance(entry, dict) and isinstance(entry.get("name"), str):
                 ignored.add(entry["name"])

@@ -129,28 +129,35 @@ def migrate_text(text: str, file: str) -> Migration:
 def guess_indent(text: str) -> tuple[int, int, int]:
     """(mapping, sequence, offset) indentation as the file uses it, so untouched lines keep it.
 
-    After a line ``key:`` that opens a block, the next content line is indented by the mapping
-    step, or, when it is a list item, by the dash offset. The most common step of each wins.
+    In ruamel's terms, relative to the parent key: ``offset`` is where a list item's dash
+    sits, ``sequence`` where its content starts, ``mapping`` the step of a nested mapping. Each
+    is read from the lines that follow a ``key:`` opening a block; the most common value wins.
     """
     mapping: Counter[int] = Counter()
-    offset: Counter[int] = Counter()
+    sequence: Counter[tuple[int, int]] = Counter()
     content = [l for l in text.splitlines() if l.strip() and not l.lstrip().startswith("#")]
     for line, nxt in zip(content, content[1:]):
-        body = line.split(" #")[0].rstrip()
-        if not body.endswith(":"):
+        if not line.split(" #")[0].rstrip().endswith(":"):
             continue
-        base = len(line) - len(line.lstrip())
-        if line.lstrip().startswith("- "):
-            base += 2
-        step = len(nxt) - len(nxt.lstrip()) - base
-        if nxt.lstrip().startswith("- "):
-            if step >= 0:
-                offset[step] += 1
-        elif step > 0:
-            mapping[step] += 1
+        base = _content_column(line)
+        lead = len(nxt) - len(nxt.lstrip())
+        if nxt.lstrip().startswith("-"):
+            if lead >= base:
+                sequence[(lead - base, _content_column(nxt) - base)] += 1
+        elif lead > base:
+            mapping[lead - base] += 1
     m = mapping.most_common(1)[0][0] if mapping else 2
-    o = offset.most_common(1)[0][0] if offset else 0
-    return m, o + 2, o
+    offset, seq = sequence.most_common(1)[0][0] if sequence else (0, 2)
+    return m, seq, offset
+
+
+def _content_column(line: str) -> int:
+    """Where a line's content starts, after its indentation and any list dashes."""
+    col = len(line) - len(line.lstrip())
+    while line[col:].startswith("-") and line[col + 1 : col + 2] in (" ", ""):
+        col += 1
+        col += len(line[col:]) - len(line[col:].lstrip())
+    return col
 
 
 def write_atomic(path: str | Path, text: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from golden_cases import GOLDEN
+from tests.compiler.golden_cases import GOLDEN
 from sr_control.cli import app, main
 
 runner = CliRunner()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiled import cluster, compile_text, listener
+from tests.compiler.compiled import cluster, compile_text, listener
 from sr_control.compiler import Address, CompileError, Settings
 
 CONFIG = """
@@ -63,7 +63,7 @@ def test_a_model_with_several_endpoints_is_one_cluster_of_several_hosts(resource
 
 
 def test_32_mib_bodies_fit_every_buffer(resources) -> None:  # type: ignore[no-untyped-def]
-    from compiled import route_config
+    from tests.compiler.compiled import route_config
 
     need = 32 * 1024 * 1024
     assert cluster(resources, "deployment/local")["per_connection_buffer_limit_bytes"] > need

@@ -18,7 +18,7 @@ from sr_control.compiler.envoy import validate
 from sr_control.compiler.output import documents, write
 from sr_control.config.load import load
 
-from golden_cases import CASES, GOLDEN
+from tests.compiler.golden_cases import CASES, GOLDEN
 
 UPDATE = os.environ.get("VSR_UPDATE_GOLDEN") == "1"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from google.protobuf import json_format
 
-from golden_cases import CASES, golden_config
+from tests.compiler.golden_cases import CASES, golden_config
 from sr_control.compiler import Settings, static_bootstrap
 from sr_control.compiler.convert import ProtoError, parse
 from sr_control.compiler.protos import Bootstrap, Listener, to_dict

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiled import compile_text
+from tests.compiler.compiled import compile_text
 from sr_control.compiler import Inconsistent, Resource, Resources, consistency_problems
 from sr_control.compiler.errors import CompileError
 from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, SIDECAR, Cluster, RouteConfiguration

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiled import compile_text, local_reply, route_for, sidecar_metadata, sidecar_data
+from tests.compiler.compiled import compile_text, local_reply, route_for, sidecar_metadata, sidecar_data
 from sr_control.compiler import Resources
 
 CONFIG = """
@@ -154,6 +154,6 @@ def test_sidecar_data_holds_the_listener_apis_and_what_their_models_reach(resour
 
 
 def test_client_sent_routing_headers_are_dropped_on_arrival(resources: Resources) -> None:
-    from compiled import route_config
+    from tests.compiler.compiled import route_config
 
     assert route_config(resources, "public")["internal_only_headers"] == ["x-vsr-cluster"]

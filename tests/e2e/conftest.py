@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from upstreams import ExtProcServer, Upstream
+from tests.e2e.upstreams import ExtProcServer, Upstream
 
 
 @pytest.fixture(scope="session")

@@ -23,14 +23,15 @@ from typing import Any
 import pytest
 from envoy.service.discovery.v3 import discovery_pb2
 
-from envoy_proc import Envoy, free_port, wait_for
+from tests.e2e.envoy_proc import Envoy, free_port, wait_for
 from sr_control.compiler import Address, Resources, Settings, compile
 from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, TYPE_NAMES
 from sr_control.config.load import load_text
-from http_client import Reply, request
-from upstreams import ExtProcServer, Upstream
+from tests.e2e.http_client import Reply, request
+from tests.e2e.upstreams import ExtProcServer, Upstream
 
 pytestmark = pytest.mark.envoy
+VLLM_SR = str(Path(sys.executable).parent / "vllm-sr")  # the console script, as an operator runs it
 
 
 @dataclass
@@ -74,12 +75,11 @@ listeners:
         os.replace(tmp, self.config)
 
     def start_xds(self) -> None:
-        code = "import sys; from sr_control.cli import main; sys.argv = ['vllm-sr', *sys.argv[1:]]; main()"
         p = self.ports
         args = ["xds", "serve", "--config", str(self.config), "--host", "127.0.0.1", "--port", str(p["xds"]), "--status-port", str(p["status"])]
         args += ["--sidecar", f"127.0.0.1:{self.sidecar.port}", "--poll-interval", "0.01"]
         log = open(self.directory / "xds.log", "ab")
-        self.xds = subprocess.Popen([sys.executable, "-c", code, *args], stdout=log, stderr=subprocess.STDOUT)
+        self.xds = subprocess.Popen([VLLM_SR, *args], stdout=log, stderr=subprocess.STDOUT)
         wait_for(lambda: self.status()["version"], timeout=30, what="the control plane to serve")
 
     def status(self) -> dict[str, Any]:
@@ -113,8 +113,7 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     s = Stack(directory, directory / "config.yaml", ports, llm, decisions, sidecar)
     s.write(s.render())
     compiled = subprocess.run(
-        [sys.executable, "-c", "import sys; from sr_control.cli import main; sys.argv = ['vllm-sr', *sys.argv[1:]]; main()",
-         "config", "compile", str(s.config), "-o", str(directory / "out"), "--ads", request.param,
+        [VLLM_SR, "config", "compile", str(s.config), "-o", str(directory / "out"), "--ads", request.param,
          "--xds", f"127.0.0.1:{ports['xds']}", "--admin", f"127.0.0.1:{ports['admin']}", "--sidecar", f"127.0.0.1:{sidecar.port}"],
         capture_output=True, text=True, timeout=60,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sr_control.compiler.protos import CLUSTER, LISTENER
 from sr_control.xds.cache import ALL_NODES, SnapshotCache
 from sr_control.xds.snapshot import Snapshot
-from xds_support import NODE, snapshot
+from tests.xds.xds_support import NODE, snapshot
 
 
 def test_a_watch_at_the_current_version_waits_and_fires_once_on_a_change() -> None:

@@ -9,7 +9,7 @@ from sr_control.compiler.protos import LISTENER, ROUTE
 from sr_control.xds.cache import ALL_NODES, SnapshotCache
 from sr_control.xds.delta import DeltaStream
 from sr_control.xds.hooks import Hooks, StreamInfo
-from xds_support import NODE, snapshot
+from tests.xds.xds_support import NODE, snapshot
 
 SCHEMA_50 = "{systemone: {schema: vllm-sr/5.0}}"
 SCHEMA_40 = "{systemone: {schema: vllm-sr/4.0}}"

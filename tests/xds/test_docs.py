@@ -12,7 +12,7 @@ from sr_control.compiler.output import documents
 from sr_control.compiler import bootstrap, compile, static_bootstrap
 from sr_control.config.load import load_text
 from sr_control.xds.metrics import Metrics
-from xds_support import config_text
+from tests.xds.xds_support import config_text
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "xds"
 

@@ -13,7 +13,7 @@ import pytest
 from sr_control.compiler import Settings
 from sr_control.compiler.protos import LISTENER
 from sr_control.xds import ControlPlane
-from xds_support import AdsClient, config_text, sotw_request, wait_for
+from tests.xds.xds_support import AdsClient, config_text, sotw_request, wait_for
 
 
 def get(port: int, path: str) -> tuple[int, str]:

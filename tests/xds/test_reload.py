@@ -10,7 +10,7 @@ from sr_control.compiler import Settings
 from sr_control.xds.cache import SnapshotCache
 from sr_control.xds.metrics import Metrics
 from sr_control.xds.reload import Reloader
-from xds_support import NODE, config_text
+from tests.xds.xds_support import NODE, config_text
 
 
 @pytest.fixture

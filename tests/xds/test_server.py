@@ -12,7 +12,7 @@ from sr_control.xds.cache import ALL_NODES, SnapshotCache
 from sr_control.xds.hooks import Hooks
 from sr_control.xds.ledger import Ledger
 from sr_control.xds.server import AdsService, make_server
-from xds_support import NODE, AdsClient, snapshot, sotw_request, wait_for
+from tests.xds.xds_support import NODE, AdsClient, snapshot, sotw_request, wait_for
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE
 from sr_control.xds.cache import ALL_NODES, SnapshotCache
 from sr_control.xds.hooks import Hooks, StreamInfo
 from sr_control.xds.sotw import SotwStream
-from xds_support import snapshot, sotw_request as req
+from tests.xds.xds_support import snapshot, sotw_request as req
 
 
 class Recorder:

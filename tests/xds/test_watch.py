@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sr_control.xds.watch import FileWatch
-from xds_support import wait_for
+from tests.xds.xds_support import wait_for
 
 
 class Counter:

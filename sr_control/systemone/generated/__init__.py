@@ -1,0 +1,1 @@
+"""Generated tables (see `vllm-sr schemas generate`)."""

@@ -1,0 +1,223 @@
+"""JSON text that keeps what a client wrote: member order and number literals.
+
+    loads(b'{"b": 1.0, "a": -0}')  ->  JsonObject({"b": Number("1.0"), "a": Number("-0")})
+    dumps(that)                    ->  '{"b": 1.0, "a": -0}'
+    dumps(that, numbers="python")  ->  '{"b": 1.0, "a": 0}'     (what json.dumps(json.loads(...)) gives)
+
+Objects are read-only dicts (insertion order is member order), arrays are tuples, numbers are
+``Number`` holding their literal text. ``dumps`` writes exactly what ``json.dumps(value,
+ensure_ascii=False)`` writes (same separators, same string escapes), except that a ``Number``
+keeps its literal unless ``numbers="python"`` asks for Python's own formatting, which is what a
+Python server that parsed the text would send on (the ``state_text`` deviation).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from typing import Any, Literal, NoReturn, TypeAlias
+
+NumberFormat = Literal["literal", "python"]
+
+
+class Number:
+    """A JSON number as written: ``Number("1e3")`` stays ``1e3`` when written back."""
+
+    __slots__ = ("literal",)
+
+    def __init__(self, literal: str) -> None:
+        self.literal = literal
+
+    @property
+    def is_integer_literal(self) -> bool:
+        return not any(c in self.literal for c in ".eE")
+
+    @property
+    def value(self) -> int | float:
+        """The number Python's json module would read from the literal."""
+        return int(self.literal) if self.is_integer_literal else float(self.literal)
+
+    def python_text(self) -> str:
+        """How ``json.dumps`` writes the number ``json.loads`` reads from this literal."""
+        value = self.value
+        if isinstance(value, int):
+            return int.__repr__(value)
+        return _float_text(value, allow_nan=True)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Number) and other.literal == self.literal
+
+    def __hash__(self) -> int:
+        return hash(self.literal)
+
+    def __repr__(self) -> str:
+        return f"Number({self.literal!r})"
+
+
+class JsonObject(dict):  # type: ignore[type-arg]
+    """A JSON object: a dict in member order that refuses changes after parsing."""
+
+    __slots__ = ()
+
+    def _readonly(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("JSON content read from a request is immutable")
+
+    __setitem__ = __delitem__ = __ior__ = _readonly  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _readonly  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"JsonObject({dict.__repr__(self)})"
+
+
+Json: TypeAlias = "str | bool | None | Number | int | float | tuple[Json, ...] | list[Json] | dict[str, Json]"
+
+
+class JsonTextError(ValueError):
+    """Text that is not one JSON value, with the position where reading stopped."""
+
+    def __init__(self, message: str, position: int) -> None:
+        self.position = position
+        super().__init__(message)
+
+
+class DuplicateMember(JsonTextError):
+    """An object that names one member twice: JSON readers disagree on which one wins."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"member {name!r} appears twice in one object", -1)
+
+
+def _object(pairs: list[tuple[str, Any]]) -> JsonObject:
+    obj = JsonObject(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise DuplicateMember(name)
+            seen.add(name)
+    for name, value in pairs:
+        if type(value) is list:
+            dict.__setitem__(obj, name, _tuple(value))
+    return obj
+
+
+def _tuple(items: list[Any]) -> tuple[Any, ...]:
+    return tuple(_tuple(v) if type(v) is list else v for v in items)
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise JsonTextError(f"{name} is not a JSON number", -1)
+
+
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_object, parse_int=Number, parse_float=Number, parse_constant=_no_constant
+)
+
+
+def loads(text: str | bytes) -> Json:
+    """Read one JSON value; raise JsonTextError (with a position) for anything else."""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise JsonTextError(f"the body is not UTF-8 ({exc.reason} at byte {exc.start})", exc.start) from None
+    try:
+        value = _DECODER.decode(text)
+    except json.JSONDecodeError as exc:
+        raise JsonTextError(f"{exc.msg} at line {exc.lineno} column {exc.colno}", exc.pos) from None
+    if "\\ud" in text or "\\uD" in text:
+        _refuse_lone_surrogates(value)
+    return _tuple(value) if type(value) is list else value
+
+
+def _refuse_lone_surrogates(value: Any) -> None:
+    for text in _strings(value):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise JsonTextError("a string escapes a lone UTF-16 surrogate, which is not Unicode text", -1) from None
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            yield name
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def _float_text(value: float, allow_nan: bool) -> str:
+    if math.isfinite(value):
+        return float.__repr__(value)
+    if not allow_nan:
+        raise ValueError(f"{value!r} cannot be written as JSON")
+    return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+
+
+# A Number goes through the C encoder as a placeholder string, then its literal replaces it. The
+# placeholder holds lone surrogates, which ``loads`` refuses, so no client text can look like one.
+_MARK = "\ud800"
+_PLACEHOLDER = re.compile('"' + _MARK + r"(\d+)" + _MARK + '"')
+_NON_ASCII = re.compile(r"[^\x00-\x7e]")
+
+
+def dumps(value: Any, *, ensure_ascii: bool = False, numbers: NumberFormat = "literal") -> str:
+    """Write ``value`` the way ``json.dumps(value, ensure_ascii=...)`` does, keeping literals."""
+    found: list[str] = []
+    python = numbers == "python"
+
+    def number(o: Any) -> str:
+        if not isinstance(o, Number):
+            raise TypeError(f"{type(o).__name__} is not JSON content")
+        found.append(o.python_text() if python else o.literal)
+        return f"{_MARK}{len(found) - 1}{_MARK}"
+
+    # Our own numbers (answers, usage) must be finite: NaN is not JSON and SDKs reject it.
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, default=number)
+    if found:
+        text = _PLACEHOLDER.sub(lambda m: found[int(m.group(1))], text)
+    if ensure_ascii:
+        # Outside its strings JSON text is printable ASCII, so escaping every other character
+        # (DEL included) is exactly what ensure_ascii=True does to the strings.
+        text = _NON_ASCII.sub(_escape, text)
+    return text
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group(0))
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 | (code >> 10):04x}\\u{0xDC00 | (code & 0x3FF):04x}"
+
+
+def dumpb(value: Any, *, numbers: NumberFormat = "literal") -> bytes:
+    """``dumps`` as UTF-8 bytes: the wire form."""
+    return dumps(value, numbers=numbers).encode("utf-8")
+
+
+def plain(value: Any) -> Any:
+    """The content as plain Python values (dicts, lists, int/float): for people and tests."""
+    if isinstance(value, Number):
+        return value.value
+    if isinstance(value, dict):
+        return {name: plain(item) for name, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return value
+
+
+def freeze(value: Any) -> Any:
+    """Content built in code (dicts, lists) as read-only JSON content."""
+    if isinstance(value, dict) and not isinstance(value, JsonObject):
+        return JsonObject((name, freeze(item)) for name, item in value.items())
+    if isinstance(value, list):
+        return tuple(freeze(item) for item in value)
+    return value

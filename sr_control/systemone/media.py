@@ -1,0 +1,126 @@
+"""Reading assets and media: the standard's ``assets``, 4.0's inline ``images`` and ``videos``,
+the internal form's ``media``, and the 5.0 media rule (image placeholders, then video
+placeholders, then exactly one other element: read as that element, the media before it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from sr_control.systemone.errors import loc_text
+from sr_control.systemone.found import Found, Loc, check_members
+from sr_control.systemone.generated import fields as F
+from sr_control.systemone.ir import Asset, Question
+from sr_control.systemone.rules import Reading
+
+_IMG, _VID = "⟦img-{}⟧", "⟦vid-{}⟧"
+
+
+def read_assets(doc: Mapping[str, Any], reading: Reading, found: Found, loc: Loc) -> tuple[Mapping[str, Asset], str]:
+    inline = [k for k in ("images", "videos") if k in doc and k in reading.request_members]
+    if inline and "assets" in doc:
+        found.bad(loc + (inline[0],), "give assets or inline images and videos, not both", "value_error")
+        return MappingProxyType({}), "assets"
+    if inline:
+        return _inline_assets(doc, inline, found, loc), "inline"
+    raw = doc.get("assets")
+    if raw is None:
+        return MappingProxyType({}), "assets"
+    at = loc + ("assets",)
+    if not found.typed(at, "map<any>", raw, {"min_items": 1}):
+        return MappingProxyType({}), "assets"
+    assets: dict[str, Asset] = {}
+    members = frozenset(F.STANDARD_ASSET)
+    for placeholder, asset in raw.items():
+        here = at + (placeholder,)
+        if not placeholder:
+            found.bad(here, "a placeholder must not be empty", "string_too_short")
+        if not found.typed(here, "map<any>", asset):
+            continue
+        check_members(asset, members, here, reading, found)
+        kind = asset.get("type", "image")
+        if kind not in reading.asset_formats:
+            found.bad(here + ("type",), f"must be one of {', '.join(reading.asset_formats)}", "enum")
+            continue
+        _asset_body(asset, reading.asset_formats[kind], found, here)
+        assets[placeholder] = Asset(kind, asset)
+    return MappingProxyType(assets), "assets"
+
+
+def _asset_body(asset: Mapping[str, Any], formats: tuple[str, ...], found: Found, at: Loc) -> None:
+    for name in ("data_base64", "part"):
+        if name in asset:
+            found.typed(at + (name,), "string?", asset[name])
+    if asset.get("part") is None and asset.get("data_base64") is None:
+        found.bad(at, "needs data_base64 or part", "missing")
+    if asset.get("data_base64") is not None and asset.get("part") is None and "format" not in asset:
+        found.bad(at + ("format",), "Field required with data_base64", "missing")
+    if asset.get("format") is not None and asset["format"] not in formats:
+        found.bad(at + ("format",), f"must be one of {', '.join(formats)}", "enum")
+
+
+def _inline_assets(doc: Mapping[str, Any], members: list[str], found: Found, loc: Loc) -> Mapping[str, Asset]:
+    assets: dict[str, Asset] = {}
+    for member in members:
+        found.form(member)
+        kind, formats = F.LEGACY_INLINE_MEDIA[member]
+        pattern = _IMG if member == "images" else _VID
+        at = loc + (member,)
+        if not found.typed(at, "array<map<any>>", doc[member]):
+            continue
+        for i, item in enumerate(doc[member]):
+            here = at + (i,)
+            for name in item:
+                if name not in ("format", "data_base64"):
+                    found.unknown.append(loc_text(here + (name,)))
+            found.typed(here + ("data_base64",), "string", item.get("data_base64"))
+            if item.get("format") not in formats:
+                found.bad(here + ("format",), f"must be one of {', '.join(formats)}", "enum")
+            assets[pattern.format(i + 1)] = Asset(kind, item)
+    return MappingProxyType(assets)
+
+
+def media_split(state: Any, assets: Mapping[str, Asset]) -> tuple[tuple[str, ...], Any] | None:
+    """Image placeholders, then video placeholders, then exactly one other element."""
+    if not isinstance(state, tuple) or len(state) < 2 or not assets:
+        return None
+    i, n = 0, len(state) - 1
+    for kind in ("image", "video"):
+        while i < n and isinstance(state[i], str) and state[i] in assets and assets[state[i]].type == kind:
+            i += 1
+    if i != n:
+        return None
+    return tuple(state[:n]), state[n]
+
+
+def read_media_member(raw: Any, assets: Mapping[str, Asset], found: Found, loc: Loc) -> tuple[str, ...]:
+    at = loc + ("media",)
+    if not found.typed(at, "array<string>", raw, {"min_items": 1}):
+        return ()
+    for i, placeholder in enumerate(raw):
+        if placeholder not in assets:
+            found.bad(at + (i,), f"{placeholder!r} is not an asset placeholder", "value_error")
+    return tuple(raw)
+
+
+def inline_media(state: Any, states: Any, questions: Mapping[str, Question], assets: Mapping[str, Asset]) -> tuple[str, ...]:
+    """4.0 inline media that nothing refers to are read before the state, images then videos."""
+    texts = list(_strings(states if states is not None else state))
+    for q in questions.values():
+        texts += _strings(q.instructions)
+        texts += _strings(q.criteria)
+    return tuple(p for p in assets if not any(p in t for t in texts))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            yield name
+            yield from _strings(item)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _strings(item)

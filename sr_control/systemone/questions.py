@@ -1,0 +1,158 @@
+"""Reading questions: types, criteria (and 4.0's choices, levels and labels), extension fields,
+and 4.0's preset-only questions. On /v1/decisions a question that fails is kept with its problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from sr_control.systemone.errors import DetailItem, ErrorInfo, loc_text
+from sr_control.systemone.found import Found, Loc, check_members
+from sr_control.systemone.generated import fields as F
+from sr_control.systemone.ir import MISSING, Question
+from sr_control.systemone.jsontext import JsonObject
+from sr_control.systemone.rules import Reading
+
+_QUESTION_EXTENSIONS = {k.split(".", 1)[1]: v for k, v in F.EXTENSION_FIELDS.items() if k.startswith("question.")}
+_NO_EXTENSIONS = JsonObject()
+# Question types that cannot be asked without criteria (options, levels or labels).
+_NEEDS_CRITERIA = frozenset(
+    [t for t, m in F.STANDARD_QUESTIONS.items() if "criteria" in m and m["criteria"][1]]
+    + [t for t, e in F.EXTENSION_QUESTION_TYPES.items() if e["criteria"]]
+)
+
+
+def read_questions(doc: Mapping[str, Any], reading: Reading, found: Found, loc: Loc) -> Mapping[str, Question]:
+    at = loc + ("questions",)
+    if "questions" not in doc:
+        found.bad(at, "Field required", "missing")
+        return MappingProxyType({})
+    raw = doc["questions"]
+    if not found.typed(at, "map<any>", raw, {"min_items": 1}):
+        return MappingProxyType({})
+    out: dict[str, Question] = {}
+    for q_id, q in raw.items():
+        here = at + (q_id,)
+        if not q_id:
+            found.bad(here, "a question id must not be empty", "string_too_short")
+            continue
+        own = Found() if reading.tolerant else found
+        question = _question(q, reading, own, here)
+        if own is not found:
+            found.unknown += own.unknown
+            for name in own.forms:
+                found.form(name)
+            if own.items and question is not None:
+                question = _failed(q_id, q, own.items)
+            elif own.items:
+                found.items += own.items
+        if question is not None:
+            out[q_id] = question
+    return MappingProxyType(out)
+
+
+def _failed(q_id: str, raw: Any, items: list[DetailItem]) -> Question:
+    message = "; ".join(f"{loc_text(i.loc)}: {i.msg}" for i in items)
+    problem = ErrorInfo(422, "invalid_question", message, "api_usage_error", "question_malformed", q_id, items=tuple(items))
+    return Question(type=str(raw.get("type", "")), order=tuple(raw), problem=problem, raw=raw)
+
+
+def _question(q: Any, reading: Reading, found: Found, at: Loc) -> Question | None:
+    if not isinstance(q, dict):
+        found.bad(at, "must be an object", "model_attributes_type")
+        return None
+    kind = q.get("type", MISSING)
+    if kind is MISSING:
+        found.bad(at, "Unable to extract tag using discriminator 'type'", "union_tag_not_found")
+        return None
+    if kind not in reading.question_members:
+        tags = ", ".join(repr(t) for t in reading.question_members)
+        found.bad(at + ("type",), f"Input tag {kind!r} found using 'type' does not match any of the expected tags: {tags}", "union_tag_invalid")
+        return None
+    at = at + (kind,)  # FastAPI's loc names the union member: questions.<id>.<type>.<field>
+    allowed = reading.question_members[kind]
+    for name in q.keys() - allowed:
+        if reading.ignore_unknown and name not in reading.refused:
+            continue
+        why = f" ({kind} questions take no {name})" if _defined_elsewhere(name, reading) else ""
+        found.unknown.append(loc_text(at[:-1] + (name,)) + why)
+    if "instructions" in q:
+        found.typed(at + ("instructions",), "text?", q["instructions"])
+    criteria, member = _criteria(q, kind, reading, found, at)
+    extensions = _NO_EXTENSIONS
+    if not q.keys().isdisjoint(_QUESTION_EXTENSIONS):
+        extensions = JsonObject((name, q[name]) for name in q if name in allowed and name in _QUESTION_EXTENSIONS)
+        for name, value in extensions.items():
+            spec = _QUESTION_EXTENSIONS[name]
+            found.typed(at + (name,), spec["type"], value, spec["bounds"])
+    question = Question(
+        type=kind,
+        instructions=q.get("instructions", MISSING),
+        criteria=criteria,
+        criteria_member=member,
+        extensions=extensions,
+        order=tuple(q),
+    )
+    if question.preset_only:
+        _preset_only(question, reading, found, at)
+    elif kind in _NEEDS_CRITERIA and not any(m in q for m in ("criteria", "choices", "levels", "labels")):
+        found.bad(at + ("criteria",), "Field required", "missing")
+    return question
+
+
+def _defined_elsewhere(name: str, reading: Reading) -> bool:
+    return any(name in members for members in reading.question_members.values())
+
+
+def _criteria(q: Mapping[str, Any], kind: str, reading: Reading, found: Found, at: Loc) -> tuple[Any, str]:
+    given = [m for m in ("criteria", "choices", "levels", "labels") if m in q and m in reading.question_members[kind]]
+    if len(given) > 1:
+        found.bad(at + (given[1],), f"give {given[0]} or {given[1]}, not both", "value_error")
+        return MISSING, given[0]
+    if not given:
+        return MISSING, "criteria"
+    member = given[0]
+    value = q[member]
+    if member != "criteria":
+        found.form(member)
+        type_, bounds, _ = F.LEGACY_QUESTION[member]
+        if not found.typed(at + (member,), type_, value, bounds):
+            return MISSING, member
+        if member == "levels":
+            return value, member
+        if len(set(value)) != len(value):
+            found.bad(at + (member,), f"{member} must not repeat a name", "value_error")
+            return MISSING, member
+        return JsonObject((name, None) for name in value), member
+    if kind == "noul":
+        if value is not None and found.typed(at + ("criteria",), "map<any>", value):
+            check_members(value, frozenset(F.STANDARD_NOUL_CRITERIA), at[:-1] + ("criteria",), reading, found)
+            for side in ("true", "false"):
+                if side in value:
+                    found.typed(at + ("criteria", side), "text?", value[side])
+        return value, member
+    if kind == "score" and isinstance(value, dict):
+        found.bad(at + ("criteria",), "score criteria are an array of levels, low to high (the map form is not accepted)", "list_type")
+        return MISSING, member
+    spec = reading.criteria.get(kind)
+    if spec is not None:
+        found.typed(at + ("criteria",), spec[0], value, spec[1])
+    return value, member
+
+
+def _preset_only(question: Question, reading: Reading, found: Found, at: Loc) -> None:
+    if not reading.legacy:
+        found.bad(
+            at + ("preset",),
+            "a question with a preset carries its own instructions and criteria in vllm-sr/5.0 (a preset alone is a vllm-sr/4.0 form)",
+            "missing",
+        )
+        return
+    found.form("preset_only")
+    preset = F.PRESETS.get(question.preset or "")
+    if preset is None:
+        found.bad(at + ("preset",), f"unknown preset {question.preset!r} (canonical presets: {', '.join(F.PRESETS)})", "enum")
+    elif preset["type"] != question.type:
+        found.bad(at + ("preset",), f"preset {question.preset!r} is a {preset['type']} question, not {question.type}", "value_error")
