@@ -28,9 +28,15 @@ def configure(level: str = "info", fmt: LogFormat = "console") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
+
+
+def _stderr_logger(*args: object) -> structlog.PrintLogger:
+    # sys.stderr as it is when a line is logged, not when logging was configured: a test that
+    # captures stderr and closes it must not break every later log line.
+    return structlog.PrintLogger(file=sys.stderr)
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:

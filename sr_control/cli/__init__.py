@@ -10,6 +10,7 @@ from sr_control import __version__, log
 from sr_control.cli import config as config_cmd
 from sr_control.cli import schemas as schemas_cmd
 from sr_control.cli import systemone as systemone_cmd
+from sr_control.cli import xds as xds_cmd
 from sr_control.cli.errors import run
 
 app = typer.Typer(
@@ -23,6 +24,7 @@ app = typer.Typer(
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(schemas_cmd.app, name="schemas")
 app.add_typer(systemone_cmd.app, name="systemone")
+app.add_typer(xds_cmd.app, name="xds")
 
 
 def _version(value: bool) -> None:

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from sr_control.cli.compile import compile_command
 from sr_control.cli.errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, fail
 from sr_control.config import load as loader
 from sr_control.config.errors import ConfigError, ConfigUnreadable
@@ -18,6 +19,7 @@ from sr_control.config.migrate import MigrationRefused, migrate_text, write_atom
 from sr_control.config.model import RouterConfig
 
 app = typer.Typer(help="Validate, migrate and explain router configs.", no_args_is_help=True)
+app.command("compile")(compile_command)
 
 
 class Format(str, Enum):

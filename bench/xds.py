@@ -1,0 +1,192 @@
+"""xDS benchmarks: compile time by listener count, and config-edit-to-effect latency.
+
+    .venv/bin/python bench/xds.py [--edits 20] [--ads sotw|delta|both]
+
+Edit to effect is measured on a real stack: ``vllm-sr xds serve`` (default poll interval) and a
+real Envoy started from the compiled ``bootstrap.yaml``. Each edit toggles whether a listener
+offers the Responses API; the clock runs from the file's atomic replace until a client on an
+open connection sees the other answer (200 from the upstream, or Envoy's 404), so it includes
+noticing the edit, validation, compile, the push and Envoy applying it.
+
+Prints figures and the targets (DESIGN.md 7); it never fails on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import http.client
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+# Run as `python bench/xds.py`, this file's folder leads sys.path and its name would shadow the
+# `xds` package of xds-protos, which Envoy's protos import.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from sr_control.compiler import Address, Settings, bootstrap, compile
+from sr_control.compiler.envoy import envoy_binary
+from sr_control.compiler.output import to_yaml
+from sr_control.compiler.protos import to_dict
+from sr_control.config.load import load_text
+
+COMPILE_TARGET_S = 1.0
+EDIT_TARGET_MS = 100.0
+
+
+def config(listeners: int, base_port: int, upstream: str, *, responses: bool = True) -> str:
+    apis = "{systemone: {schema: vllm-sr/5.0, max_deadline_ms: 3000}, chat_completions: {models: [llm]}"
+    apis += ", responses: {models: [llm-r]}}" if responses else "}"
+    rows = "\n".join(f"  - {{name: l{i}, address: 127.0.0.1, port: {base_port + i}, apis: {apis}}}" for i in range(listeners))
+    return f"""version: 2
+providers:
+  models:
+    - {{name: llm, api_format: chat_completions, endpoints: ["{upstream}/v1"]}}
+    - {{name: llm-r, api_format: responses, endpoints: ["{upstream}/v1"]}}
+deployments:
+  d3: {{provider: systemone, endpoint: "{upstream}/v1/systemone", model: d3, schema: vllm-sr/5.0, max_concurrency: 8}}
+pools:
+  vllm-sr/auto: {{members: [d3]}}
+listeners:
+{rows}
+"""
+
+
+def bench_compile() -> None:
+    print("compile: router config -> typed Envoy resources (validated config in; first compile, then best of 3)")
+    for n in (10, 100, 1000):
+        cfg = load_text(config(n, 20000, "http://127.0.0.1:9"))
+        t = time.perf_counter()
+        compile(cfg)
+        first = time.perf_counter() - t
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            compile(cfg)
+            times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        load_text(config(n, 20000, "http://127.0.0.1:9"))
+        load_s = time.perf_counter() - t
+        mark = f"target < {COMPILE_TARGET_S:.0f} s: {'met' if min(times) < COMPILE_TARGET_S else 'MISSED'}" if n == 1000 else ""
+        print(f"  {n:5d} listeners  compile {first * 1000:7.1f} ms first, {min(times) * 1000:7.1f} ms best   (load + validate {load_s * 1000:7.1f} ms)  {mark}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Upstream(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(200)
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+
+def _wait(predicate, timeout: float = 30.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise RuntimeError("timed out")
+
+
+def bench_edits(ads: str, edits: int) -> list[float]:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    up_url = f"http://127.0.0.1:{upstream.server_address[1]}"
+    port, admin, xds, status = (_free_port() for _ in range(4))
+    with tempfile.TemporaryDirectory(prefix="vsr-bench-") as tmp:
+        d = Path(tmp)
+        cfg = d / "config.yaml"
+        cfg.write_text(config(1, port, up_url))
+        settings = Settings(xds=Address("127.0.0.1", xds), admin=Address("127.0.0.1", admin), ads=ads)  # type: ignore[arg-type]
+        (d / "bootstrap.yaml").write_text(to_yaml(to_dict(bootstrap(settings))))
+        vllm_sr = str(Path(sys.executable).parent / "vllm-sr")
+        plane = subprocess.Popen(
+            [vllm_sr, "--log-level", "warning", "xds", "serve", "--config", str(cfg), "--host", "127.0.0.1", "--port", str(xds), "--status-port", str(status)],
+            stderr=subprocess.DEVNULL,
+        )
+        envoy = subprocess.Popen(
+            [envoy_binary(), "-c", str(d / "bootstrap.yaml"), "--base-id", str(os.getpid() % 50000 + 7), "--log-level", "error"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+
+            def answer() -> int:
+                try:
+                    conn.request("GET", "/v1/responses")
+                    r = conn.getresponse()
+                    r.read()
+                    return r.status
+                except (OSError, http.client.HTTPException):
+                    conn.close()  # reconnects on the next request
+                    return 0
+
+            _wait(lambda: urllib.request.urlopen(f"http://127.0.0.1:{status}/healthz").status == 200)
+            _wait(lambda: answer() == 200)
+            latencies = []
+            offered = True
+            for i in range(edits):
+                offered = not offered
+                want = 200 if offered else 404
+                tmp_cfg = d / f".config.{i}"
+                tmp_cfg.write_text(config(1, port, up_url, responses=offered))
+                gc.collect()
+                start = time.perf_counter()
+                os.replace(tmp_cfg, cfg)
+                while answer() != want:
+                    if time.perf_counter() - start > 10:
+                        raise RuntimeError(f"edit {i} did not take effect in 10 s")
+                latencies.append((time.perf_counter() - start) * 1000)
+                time.sleep(0.05)  # let the control plane settle before the next edit
+            alive = envoy.poll() is None
+            print(f"  envoy still the same process after {edits} edits: {alive}")
+            return latencies
+        finally:
+            envoy.terminate()
+            plane.terminate()
+            envoy.wait(10)
+            plane.wait(10)
+            upstream.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--edits", type=int, default=20)
+    parser.add_argument("--ads", choices=["sotw", "delta", "both"], default="both")
+    args = parser.parse_args()
+    bench_compile()
+    for ads in (["sotw", "delta"] if args.ads == "both" else [args.ads]):
+        print(f"edit to effect over {ads} ADS ({args.edits} edits, file replace -> client sees the change):")
+        ms = sorted(bench_edits(ads, args.edits))
+        p50 = statistics.median(ms)
+        p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
+        verdict = "met" if p50 < EDIT_TARGET_MS else "MISSED"
+        print(f"  p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   min {ms[0]:6.1f} ms   max {ms[-1]:6.1f} ms   target p50 < {EDIT_TARGET_MS:.0f} ms: {verdict}")
+
+
+if __name__ == "__main__":
+    main()

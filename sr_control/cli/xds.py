@@ -1,0 +1,48 @@
+"""``vllm-sr xds``: serve compiled configs to Envoy over gRPC ADS."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sr_control.cli.compile import address
+from sr_control.cli.errors import EXIT_UNREADABLE, fail
+from sr_control.compiler import Address, Settings
+from sr_control.xds import ControlPlane
+
+app = typer.Typer(help="Serve router configs to Envoy over xDS.", no_args_is_help=True)
+
+
+@app.command()
+def serve(
+    config: Annotated[Path, typer.Option("--config", "-c", help="The router config; edits are served as they are saved.", show_default=False)],
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    port: Annotated[int, typer.Option(help="gRPC ADS port (state of the world and delta).")] = 18000,
+    status_port: Annotated[int, typer.Option(help="HTTP port for /status, /metrics and /healthz.")] = 18001,
+    sidecar: Annotated[Address, typer.Option("--sidecar", parser=address, metavar="HOST:PORT", help="The ext_proc sidecar Envoy calls (HOST:PORT or unix:PATH).")] = "127.0.0.1:18080",  # type: ignore[assignment]
+    poll_interval: Annotated[float, typer.Option(help="Seconds between checks of the config file.", min=0.005, max=10.0)] = 0.025,
+) -> None:
+    """Serve a config over xDS and push every valid edit.
+
+    Watches the file (editors' rename-and-replace and Kubernetes ConfigMap symlink swaps
+    included). An edit is loaded, validated and compiled, then pushed as one new version; an
+    invalid edit is logged with file, line and field and the previous version keeps serving.
+    Runs until SIGTERM or Ctrl-C.
+    """
+    plane = ControlPlane(config, Settings(sidecar=sidecar), host=host, port=port, status_port=status_port, poll_interval=poll_interval)
+    try:
+        plane.start()
+    except OSError as exc:
+        raise fail(f"error: {exc}", EXIT_UNREADABLE) from None
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        plane.stop()

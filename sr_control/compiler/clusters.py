@@ -1,0 +1,166 @@
+"""Upstream clusters: one per deployment, one per provider model, the sidecar and the control plane.
+
+Envoy owns load balancing, health checks, outlier detection and circuit breaking for every
+upstream, so the sidecar only names a cluster. A deployment's ``max_concurrency`` is the number
+of calls the router may have open to it at once (seed 000), which is exactly what Envoy's
+circuit breaker counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+from urllib.parse import urlsplit
+
+from sr_control.compiler import names
+from sr_control.compiler.errors import CompileError
+from sr_control.compiler.limits import BUFFER_LIMIT
+from sr_control.compiler.settings import Address, Settings
+from sr_control.compiler.templates import fill
+from sr_control.config.model import Deployment, ProviderModel, RouterConfig
+
+
+class ClusterError(CompileError):
+    """Endpoints that one Envoy cluster cannot hold; ``path`` is the config field."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """Where one or more endpoint URLs point, as one cluster sees them."""
+
+    scheme: str
+    hosts: tuple[tuple[str, int], ...]
+    base_path: str  # the URL path without a trailing slash: /v1, /v1/systemone
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme == "https"
+
+
+def upstream(urls: Sequence[str], field: str) -> Upstream:
+    """The cluster view of ``urls``; they must agree on scheme and path to share one cluster."""
+    return _upstream(tuple(urls), field)
+
+
+@lru_cache(maxsize=4096)
+def _upstream(urls: tuple[str, ...], field: str) -> Upstream:
+    parts = [urlsplit(u) for u in urls]
+    schemes = {p.scheme for p in parts}
+    paths = {p.path.rstrip("/") for p in parts}
+    if len(schemes) > 1:
+        raise ClusterError(field, f"endpoints mix {' and '.join(sorted(schemes))}; one model's endpoints share a scheme")
+    if len(paths) > 1:
+        raise ClusterError(field, f"endpoints have different paths ({', '.join(sorted(paths))}); one model's endpoints share a path")
+    scheme = schemes.pop()
+    default = 443 if scheme == "https" else 80
+    hosts = tuple(dict.fromkeys((p.hostname or "", p.port or default) for p in parts))
+    return Upstream(scheme, hosts, paths.pop())
+
+
+def deployment_cluster(name: str, dep: Deployment, settings: Settings) -> dict[str, Any]:
+    up = upstream([dep.endpoint], f"deployments.{name}.endpoint")
+    # vllm-srun serves GET /health (vllm-sr/5.0); the standard defines no health path.
+    health = fill("cluster/http_health_check", path="/health") if dep.schema_ == "vllm-sr/5.0" else fill("cluster/tcp_health_check")
+    n = dep.max_concurrency
+    return _cluster(
+        names.deployment_cluster(name),
+        up,
+        settings,
+        health=[health],
+        # Calls beyond max_concurrency wait in Envoy's queue (up to 4 per slot) rather than
+        # failing at once; past that the client gets 503 with no upstream call.
+        limits=dict(max_connections=n, max_pending_requests=4 * n, max_requests=n, max_retries=max(1, n // 4)),
+    )
+
+
+def provider_cluster(model: ProviderModel, index: int, settings: Settings) -> dict[str, Any]:
+    up = upstream(model.endpoints, f"providers.models[{index}].endpoints")
+    return _cluster(
+        names.provider_cluster(model.name),
+        up,
+        settings,
+        health=[fill("cluster/tcp_health_check")],
+        limits=dict(max_connections=1024, max_pending_requests=1024, max_requests=1024, max_retries=3),
+    )
+
+
+def sidecar_cluster(settings: Settings) -> dict[str, Any]:
+    # One gRPC stream per HTTP request: the stream limit is the proxy's concurrency limit.
+    return _grpc_cluster(names.SIDECAR_CLUSTER, settings.sidecar, max_requests=65_536, http2={})
+
+
+def xds_cluster(settings: Settings, keepalive_s: int = 30) -> dict[str, Any]:
+    # The ADS stream idles between pushes. Pings notice a control plane that vanished without
+    # closing the connection (its node died), so Envoy reconnects to the one that replaced it.
+    http2 = {"connection_keepalive": {"interval": f"{keepalive_s}s", "timeout": "5s"}}
+    return _grpc_cluster(names.XDS_CLUSTER, settings.xds, max_requests=1024, http2=http2)
+
+
+def clusters(config: RouterConfig, settings: Settings) -> list[dict[str, Any]]:
+    out = [deployment_cluster(name, dep, settings) for name, dep in config.deployments.items()]
+    out += [provider_cluster(model, i, settings) for i, model in enumerate(config.providers.models)]
+    out.append(sidecar_cluster(settings))
+    return out
+
+
+def _cluster(name: str, up: Upstream, settings: Settings, *, health: list[Any], limits: dict[str, int]) -> dict[str, Any]:
+    static = all(_is_ip(host) for host, _ in up.hosts)
+    return fill(
+        "cluster/cluster",
+        name=name,
+        discovery="STATIC" if static else "STRICT_DNS",
+        dns_lookup_family=None if static else "V4_PREFERRED",
+        connect_timeout="5s",
+        buffer_limit=BUFFER_LIMIT,
+        endpoints=[fill("cluster/endpoint", address=_socket(host, port), hostname=host) for host, port in up.hosts],
+        protocol={"http_protocol_options": {}},
+        upstream_options={"auto_sni": True, "auto_san_validation": True} if up.tls else None,
+        outlier_detection=fill("cluster/outlier_detection"),
+        health_checks=health,
+        transport_socket=fill("cluster/tls", ca_file=settings.ca_file) if up.tls else None,
+        **limits,
+    )
+
+
+def _grpc_cluster(name: str, address: Address, *, max_requests: int, http2: dict[str, Any]) -> dict[str, Any]:
+    if address.path:
+        endpoint = fill("cluster/endpoint", address={"pipe": {"path": address.path}}, hostname=None)
+    else:
+        endpoint = fill("cluster/endpoint", address=_socket(address.host, address.port), hostname=address.host)
+    static = bool(address.path) or address.is_ip
+    return fill(
+        "cluster/cluster",
+        name=name,
+        discovery="STATIC" if static else "STRICT_DNS",
+        dns_lookup_family=None if static else "V4_PREFERRED",
+        connect_timeout="1s",
+        buffer_limit=BUFFER_LIMIT,
+        endpoints=[endpoint],
+        # gRPC needs HTTP/2, set the non-deprecated way (gotcha 9).
+        protocol={"http2_protocol_options": http2},
+        upstream_options=None,
+        outlier_detection=None,
+        health_checks=None,
+        transport_socket=None,
+        max_connections=1024,
+        max_pending_requests=1024,
+        max_requests=max_requests,
+        max_retries=3,
+    )
+
+
+def _socket(host: str, port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": host, "port_value": port}}
+
+
+def _is_ip(host: str) -> bool:
+    return Address(host=host).is_ip
+
+
+__all__ = ["ClusterError", "Upstream", "clusters", "deployment_cluster", "provider_cluster", "sidecar_cluster", "upstream", "xds_cluster"]

@@ -1,0 +1,42 @@
+"""The Envoy Listener for one config listener: an HTTP connection manager with three filters.
+
+    zstd request decompressor -> ext_proc (off unless the route enables it) -> router
+
+The routes come over RDS (``route/<listener>``) when served over xDS, or inline for the
+static bootstrap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sr_control.compiler import names
+from sr_control.compiler.limits import BUFFER_LIMIT, DEFAULT_DEADLINE_MS, duration
+from sr_control.compiler.offer import ListenerOffer
+from sr_control.compiler.templates import fill
+
+
+def listener(offer: ListenerOffer, *, route_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    l = offer.listener
+    rds = None if route_config is not None else fill("listener/rds", route_config_name=names.route(l.name))
+    return fill(
+        "listener/listener",
+        name=names.listener(l.name),
+        address=l.address,
+        port=l.port,
+        buffer_limit=BUFFER_LIMIT,
+        stat_prefix=l.name,
+        rds=rds,
+        route_config=route_config,
+        http_filters=[
+            fill("listener/zstd_decompressor"),
+            fill("listener/ext_proc", sidecar_cluster=names.SIDECAR_CLUSTER, message_timeout=duration(_message_timeout_ms(offer))),
+            fill("listener/router"),
+        ],
+    )
+
+
+def _message_timeout_ms(offer: ListenerOffer) -> int:
+    # The sidecar may spend the whole deadline in one message (splitting a batch upstream), so
+    # a message may take as long as the longest deadline the listener allows.
+    return max((o.deadline_ms for o in offer.offers if o.api.versioned), default=DEFAULT_DEADLINE_MS)

@@ -1,0 +1,167 @@
+"""The route table of one listener: every path of every offered API, and Envoy's own answers.
+
+In match order:
+
+1. each path of each offered API: System One paths through the sidecar; an LLM API straight to
+   its provider when one keyless model of that API serves it, else through the sidecar, which
+   reads ``model`` from the body;
+2. ``GET /v1/models`` through the sidecar (it lists only the offered APIs' models), other
+   methods 405;
+3. each path of every API the listener does not offer: 404 naming the API and the listener;
+4. everything else: 404 naming the listener.
+
+Envoy answers 2's 405, 3 and 4 itself: unknown paths never reach Python.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sr_control.apis import REGISTRY, Api
+from sr_control.compiler import names
+from sr_control.compiler.clusters import upstream
+from sr_control.compiler.limits import BUFFER_LIMIT, LISTING_TIMEOUT_MS, LLM_TIMEOUT_MS, duration
+from sr_control.compiler.offer import ListenerOffer, Offer
+from sr_control.compiler.templates import fill
+from sr_control.config.model import ProviderModel, RouterConfig
+
+MODELS_PATH = "/v1/models"
+
+# LLM requests need the body read (to find ``model``) but not the answer: it streams back untouched.
+_LLM_MODE = {
+    "request_header_mode": "SEND",
+    "request_body_mode": "BUFFERED",
+    "response_header_mode": "SKIP",
+    "response_body_mode": "NONE",
+    "request_trailer_mode": "SKIP",
+    "response_trailer_mode": "SKIP",
+}
+
+
+def route_configuration(config: RouterConfig, offer: ListenerOffer, sidecar_version: str) -> dict[str, Any]:
+    return fill(
+        "route/route_configuration",
+        name=names.route(offer.name),
+        internal_headers=[names.CLUSTER_HEADER],
+        vhost=offer.name,
+        buffer_limit=BUFFER_LIMIT,
+        routes=route_table(config, offer, sidecar_version),
+    )
+
+
+def route_table(config: RouterConfig, offer: ListenerOffer, sidecar_version: str) -> list[dict[str, Any]]:
+    providers = {m.name: (i, m) for i, m in enumerate(config.providers.models)}
+    routes: list[dict[str, Any]] = []
+    for o in offer.offers:
+        direct = _direct_provider(o, providers)
+        for path in o.api.paths:
+            if o.api.kind == "decision":
+                routes.append(_sidecar(offer, o.api.name, o.schema, path, o.deadline_ms, sidecar_version, None))
+            elif not o.models:
+                routes.append(_local(f"{o.api.name}:{path}", _match(path), 404, offer, f"listener {offer.name!r} offers {o.api.name} but no model serves it"))
+            elif direct is not None:
+                routes.append(_provider(o.api.name, path, *direct))
+            else:
+                routes.append(_sidecar(offer, o.api.name, None, path, LLM_TIMEOUT_MS, sidecar_version, _LLM_MODE))
+    get = {"path": MODELS_PATH, "headers": [{"name": ":method", "string_match": {"exact": "GET"}}]}
+    routes.append(_sidecar(offer, "models", offer.systemone_schema, MODELS_PATH, LISTING_TIMEOUT_MS, sidecar_version, None, match=get))
+    routes.append(_local(f"models:{MODELS_PATH}:other-methods", _match(MODELS_PATH), 405, offer, f"{MODELS_PATH} takes GET", allow="GET"))
+    for api in offer.not_offered():
+        for path in api.paths:
+            routes.append(_local(f"not-offered:{api.name}:{path}", _match(path), 404, offer, _not_offered(api, offer)))
+    routes.append(_local("not-found", {"prefix": "/"}, 404, offer, f"no API on listener {offer.name!r} serves this path; it offers {_offers(offer)}"))
+    return routes
+
+
+def _direct_provider(o: Offer, providers: dict[str, tuple[int, ProviderModel]]) -> tuple[str, int, ProviderModel] | None:
+    """The one provider model an LLM API can go to without Python, if there is one.
+
+    Two or more models need the body's ``model`` read; a model of another API format needs
+    translating; a model with an API key needs the key added, which only the sidecar may hold.
+    """
+    if o.api.kind != "llm" or len(o.models) != 1 or o.models[0] not in providers:
+        return None
+    index, model = providers[o.models[0]]
+    if model.api_key_env is not None or REGISTRY.canonical(model.api_format) != o.api.name:
+        return None
+    return names.provider_cluster(model.name), index, model
+
+
+def _match(path: str) -> dict[str, Any]:
+    if path.endswith("/*"):
+        return {"prefix": path[:-1]}
+    return {"path": path}
+
+
+def _sidecar(
+    offer: ListenerOffer,
+    api: str,
+    schema: str | None,
+    path: str,
+    timeout_ms: int,
+    version: str,
+    mode: dict[str, str] | None,
+    *,
+    match: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    metadata = [("x-vsr-listener", offer.name), ("x-vsr-api", api)]
+    if schema is not None:
+        metadata.append(("x-vsr-schema", schema))
+    metadata.append(("x-vsr-config-version", version))
+    return fill(
+        "route/sidecar_route",
+        name=f"{api}:{path}",
+        match=match or _match(path),
+        cluster_header=names.CLUSTER_HEADER,
+        timeout=duration(timeout_ms),
+        processing_mode=mode,
+        metadata=[{"key": k, "value": v} for k, v in metadata],
+    )
+
+
+def _provider(api: str, path: str, cluster: str, index: int, model: ProviderModel) -> dict[str, Any]:
+    # Registry paths start with /v1; the provider's endpoint URL says where its /v1 lives.
+    base = upstream(model.endpoints, f"providers.models[{index}].endpoints").base_path
+    tail = path[len("/v1"):]
+    match = _match(path)
+    rewritten = base + (tail[:-1] if "prefix" in match else tail)
+    return fill(
+        "route/provider_route",
+        name=f"{api}:{path}",
+        match=match,
+        cluster=cluster,
+        timeout=duration(LLM_TIMEOUT_MS),
+        prefix_rewrite=None if rewritten == match.get("path", match.get("prefix")) else rewritten,
+    )
+
+
+def _local(name: str, match: dict[str, Any], status: int, offer: ListenerOffer, message: str, *, allow: str | None = None) -> dict[str, Any]:
+    headers = [_header("content-type", "application/json")]
+    if allow:
+        headers.append(_header("allow", allow))
+    return fill("route/local_reply", name=name, match=match, status=status, body=error_body(offer, status, message), headers=headers)
+
+
+def error_body(offer: ListenerOffer, status: int, message: str) -> str:
+    """The standard's error shape; a 4.0 listener's clients also get the 4.0 ``error`` object."""
+    error_type = {404: "not_found", 405: "method_not_allowed"}[status]
+    body: dict[str, Any] = {"detail": {"error_type": error_type, "message": message}}
+    if offer.systemone_schema == "vllm-sr/4.0":
+        body["error"] = {"type": error_type, "message": message}
+    return json.dumps(body, separators=(",", ":"))
+
+
+def _not_offered(api: Api, offer: ListenerOffer) -> str:
+    return f"the {api.name} API is not offered on listener {offer.name!r}; it offers {_offers(offer)}"
+
+
+def _offers(offer: ListenerOffer) -> str:
+    return ", ".join(offer.api_names) or "no APIs"
+
+
+def _header(key: str, value: str) -> dict[str, Any]:
+    return {"header": {"key": key, "value": value}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+
+
+__all__ = ["MODELS_PATH", "error_body", "route_configuration", "route_table"]

@@ -1,0 +1,67 @@
+"""The data an ext_proc sidecar needs to serve one listener, as one xDS resource per listener.
+
+``sidecar/<listener>`` holds the listener's APIs (schema, models, deadline) and everything those
+models reach: pools, deployments and provider models, each with the Envoy cluster that serves
+it. Its version travels on every sidecar route as ``x-vsr-config-version``, so for each request
+the sidecar uses the data of the version Envoy routed it with (docs/xds/sidecar-versions.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sr_control.compiler import names
+from sr_control.compiler.clusters import upstream
+from sr_control.compiler.offer import ListenerOffer
+from sr_control.config.model import RouterConfig
+
+
+class SidecarData:
+    """Per-compile: every deployment's and provider model's entry, built once, shared by listeners."""
+
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self._deployments: dict[str, dict[str, Any]] = {}
+        self._providers: dict[str, dict[str, Any]] = {}
+        self._deployments_of: dict[str, list[str]] = {}
+        for name, dep in config.deployments.items():
+            self._deployments_of.setdefault(dep.model, []).append(name)
+            self._deployments[name] = dep.model_dump(mode="json", by_alias=True, exclude_none=True) | {
+                "cluster": names.deployment_cluster(name),
+                "path": upstream([dep.endpoint], f"deployments.{name}.endpoint").base_path or "/",
+            }
+        for index, model in enumerate(config.providers.models):
+            self._providers[model.name] = model.model_dump(mode="json", by_alias=True, exclude_none=True) | {
+                "cluster": names.provider_cluster(model.name),
+                "path": upstream(model.endpoints, f"providers.models[{index}].endpoints").base_path or "/",
+            }
+
+    def payload(self, offer: ListenerOffer) -> dict[str, Any]:
+        apis: list[dict[str, Any]] = []
+        models: dict[str, Any] = {}
+        deployments: list[str] = []
+        providers: list[str] = []
+        for o in offer.offers:
+            entry: dict[str, Any] = {"api": o.api.name, "paths": list(o.api.paths), "models": list(o.models)}
+            if o.schema is not None:
+                entry["schema"] = o.schema
+                entry["max_deadline_ms"] = o.deadline_ms
+            apis.append(entry)
+            for model in o.models:
+                if model in self.config.pools:
+                    members = list(self.config.pools[model].members)
+                    models[model] = {"pool": members}
+                    deployments += members
+                elif model in self._deployments_of:
+                    models[model] = {"deployments": self._deployments_of[model]}
+                    deployments += self._deployments_of[model]
+                elif model in self._providers:
+                    models[model] = {"provider": model}
+                    providers.append(model)
+        return {
+            "listener": offer.name,
+            "apis": apis,
+            "models": models,
+            "deployments": {name: self._deployments[name] for name in dict.fromkeys(deployments)},
+            "providers": {name: self._providers[name] for name in dict.fromkeys(providers)},
+        }

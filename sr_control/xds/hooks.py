@@ -1,0 +1,54 @@
+"""What a stream reports as it runs: a dataclass of optional callables (go-control-plane's
+``CallbackFuncs``). The status ledger and the metrics are hooks; tests use them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Literal
+
+from envoy.config.core.v3 import base_pb2
+
+Protocol = Literal["sotw", "delta"]
+
+
+@dataclass(eq=False)
+class StreamInfo:
+    """One ADS stream: which node, over which protocol, from where, since when."""
+
+    id: int
+    protocol: Protocol
+    peer: str
+    node: base_pb2.Node = field(default_factory=base_pb2.Node)
+    opened_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+
+def _nothing(*args: object) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Hooks:
+    # A stream's first request arrived (its node is known).
+    opened: Callable[[StreamInfo], None] = _nothing
+    closed: Callable[[StreamInfo], None] = _nothing
+    # A response went out: (stream, type URL, version, nonce).
+    pushed: Callable[[StreamInfo, str, str, str], None] = _nothing
+    # The node ACKed our push of this version.
+    acked: Callable[[StreamInfo, str, str], None] = _nothing
+    # The node (re)connected already holding the version we serve, so nothing was pushed.
+    resumed: Callable[[StreamInfo, str, str], None] = _nothing
+    # The node rejected a push: (stream, type URL, rejected version, Envoy's message).
+    nacked: Callable[[StreamInfo, str, str, str], None] = _nothing
+
+    @staticmethod
+    def chain(*hooks: Hooks) -> Hooks:
+        """Hooks that call each of ``hooks`` in turn."""
+
+        def each(name: str) -> Callable[..., None]:
+            calls = [getattr(h, name) for h in hooks]
+            return lambda *args: [call(*args) for call in calls] and None
+
+        return Hooks(**{name: each(name) for name in ("opened", "closed", "pushed", "acked", "resumed", "nacked")})

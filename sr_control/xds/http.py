@@ -1,0 +1,62 @@
+"""The status port: ``GET /status`` (JSON), ``GET /metrics`` (Prometheus), ``GET /healthz``."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST
+
+
+class StatusServer:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        status: Callable[[], dict[str, Any]],
+        metrics: Callable[[], bytes],
+        serving: Callable[[], bool],
+    ) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                path = self.path.split("?", 1)[0]
+                if path == "/status":
+                    self._send(200, "application/json", json.dumps(status(), indent=2).encode() + b"\n")
+                elif path == "/metrics":
+                    self._send(200, CONTENT_TYPE_LATEST, metrics())
+                elif path == "/healthz":
+                    # Ready once a version is served: an Envoy connecting now gets a config.
+                    ok = serving()
+                    self._send(200 if ok else 503, "text/plain", b"serving\n" if ok else b"no valid config yet\n")
+                else:
+                    self._send(404, "application/json", b'{"detail":"try /status, /metrics or /healthz"}\n')
+
+            def _send(self, code: int, content_type: str, body: bytes) -> None:
+                self.send_response(code)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="status-http", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,101 @@
+"""Who is connected and where each node stands, per type: what was pushed, ACKed, NACKed.
+
+Fed by stream hooks; read by ``GET /status``. NACKs are logged here with Envoy's own message.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from sr_control import log
+from sr_control.compiler.protos import TYPE_NAMES
+from sr_control.xds.hooks import Hooks, StreamInfo
+
+_log = log.get_logger("vllm_sr.xds")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class _TypeStatus:
+    pushed: str | None = None
+    acked: str | None = None
+    nack: dict[str, str] | None = None
+
+
+@dataclass
+class _NodeStatus:
+    info: StreamInfo
+    types: dict[str, _TypeStatus] = field(default_factory=dict)
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: dict[int, _NodeStatus] = {}
+
+    def hooks(self) -> Hooks:
+        return Hooks(
+            opened=self._opened, closed=self._closed, pushed=self._pushed, acked=self._acked, resumed=self._acked, nacked=self._nacked
+        )
+
+    def nodes(self) -> list[dict[str, Any]]:
+        with self._lock:
+            out = []
+            for status in self._streams.values():
+                info = status.info
+                out.append(
+                    {
+                        "id": info.node.id,
+                        "cluster": info.node.cluster,
+                        "protocol": info.protocol,
+                        "peer": info.peer,
+                        "connected_at": info.opened_at.isoformat(timespec="milliseconds"),
+                        "types": {
+                            TYPE_NAMES.get(t, t): {"pushed": s.pushed, "acked": s.acked, "nack": s.nack}
+                            for t, s in sorted(status.types.items(), key=lambda kv: TYPE_NAMES.get(kv[0], kv[0]))
+                        },
+                    }
+                )
+            return out
+
+    def _type(self, info: StreamInfo, type_url: str) -> _TypeStatus:
+        node = self._streams.setdefault(info.id, _NodeStatus(info))
+        return node.types.setdefault(type_url, _TypeStatus())
+
+    def _opened(self, info: StreamInfo) -> None:
+        with self._lock:
+            self._streams[info.id] = _NodeStatus(info)
+        _log.info("node connected", node=info.node.id, cluster=info.node.cluster, protocol=info.protocol, peer=info.peer)
+
+    def _closed(self, info: StreamInfo) -> None:
+        with self._lock:
+            self._streams.pop(info.id, None)
+        _log.info("node disconnected", node=info.node.id, protocol=info.protocol, peer=info.peer)
+
+    def _pushed(self, info: StreamInfo, type_url: str, version: str, nonce: str) -> None:
+        with self._lock:
+            self._type(info, type_url).pushed = version
+
+    def _acked(self, info: StreamInfo, type_url: str, version: str) -> None:
+        with self._lock:
+            status = self._type(info, type_url)
+            status.acked = version
+            status.nack = None
+
+    def _nacked(self, info: StreamInfo, type_url: str, version: str, message: str) -> None:
+        with self._lock:
+            message = message.strip()
+            self._type(info, type_url).nack = {"version": version, "message": message, "at": _now()}
+        _log.error(
+            "envoy rejected config",
+            node=info.node.id,
+            type=TYPE_NAMES.get(type_url, type_url),
+            version=version,
+            envoy_message=message,
+        )

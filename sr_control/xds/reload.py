@@ -1,0 +1,119 @@
+"""From the config file to a served snapshot: read, validate, compile, check, publish.
+
+Only a config that passes every step is published, as one new version; a failure at any step
+is logged with file, line and field, recorded as the last error, and the version already served
+stays served.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from sr_control import log
+from sr_control.compiler import CompileError, Settings, compile
+from sr_control.compiler.protos import LISTENER, TYPE_NAMES
+from sr_control.config.errors import ConfigUnreadable, Problem
+from sr_control.config.load import read_text, validate_text
+from sr_control.xds.cache import ALL_NODES, SnapshotCache
+from sr_control.xds.metrics import Metrics
+from sr_control.xds.snapshot import Snapshot
+
+Result = Literal["ok", "unchanged", "invalid", "unreadable"]
+_log = log.get_logger("vllm_sr.xds")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    result: Result
+    version: str | None  # the version served after this reload
+    problems: tuple[dict[str, Any], ...] = ()
+
+
+def _problem(p: Problem) -> dict[str, Any]:
+    return {"file": p.file, "line": p.line, "column": p.column, "field": p.path if p.loc else "", "message": p.message}
+
+
+class Reloader:
+    def __init__(self, path: Path, settings: Settings, cache: SnapshotCache, metrics: Metrics, group: str = ALL_NODES) -> None:
+        self.path = path
+        self.settings = settings
+        self.cache = cache
+        self.metrics = metrics
+        self.group = group
+        self.snapshot: Snapshot | None = None
+        self.last_reload: dict[str, Any] | None = None
+        self.last_error: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+        self._text_digest: str | None = None
+
+    def reload(self) -> Outcome:
+        with self._lock:
+            outcome = self._reload()
+        self.metrics.reloads.labels(result=outcome.result).inc()
+        self.last_reload = {"result": outcome.result, "at": _now(), "version": outcome.version}
+        return outcome
+
+    def status(self) -> dict[str, Any]:
+        s = self.snapshot
+        return {
+            "config": str(self.path),
+            "version": s.version if s else None,
+            "generation": s.generation if s else 0,
+            "served_since": s.created_at.isoformat(timespec="milliseconds") if s else None,
+            "resources": {name: len(s.resources[t]) for t, name in TYPE_NAMES.items()} if s else {},
+            "last_reload": self.last_reload,
+            "last_error": self.last_error,
+        }
+
+    def _reload(self) -> Outcome:
+        served = self.snapshot.version if self.snapshot else None
+        try:
+            text = read_text(self.path)
+        except ConfigUnreadable as exc:
+            self._text_digest = None
+            return self._reject("unreadable", [{"file": exc.file, "line": 0, "column": 0, "field": "", "message": f"cannot read: {exc.reason}"}])
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        if digest == self._text_digest:
+            return Outcome("unchanged", served)
+        self._text_digest = digest
+        report = validate_text(text, str(self.path))
+        for warning in (p for p in report.problems if p.severity == "warning"):
+            _log.warning("config warning", **_problem(warning))
+        if report.config is None:
+            return self._reject("invalid", [_problem(p) for p in report.errors])
+        try:
+            snapshot = Snapshot.of(compile(report.config, self.settings), (self.snapshot.generation if self.snapshot else 0) + 1)
+        except CompileError as exc:
+            return self._reject("invalid", [{"file": str(self.path), "line": 0, "column": 0, "field": getattr(exc, "path", ""), "message": str(exc)}])
+        if snapshot.version == served:
+            _log.info("config unchanged", file=str(self.path), version=served)
+            return Outcome("unchanged", served)
+        self.snapshot = snapshot
+        self.cache.set_snapshot(self.group, snapshot)
+        self.metrics.served(snapshot.version, snapshot.generation)
+        _log.info(
+            "config served",
+            file=str(self.path),
+            version=snapshot.version,
+            generation=snapshot.generation,
+            listeners=len(snapshot.resources[LISTENER]),
+        )
+        return Outcome("ok", snapshot.version)
+
+    def _reject(self, result: Result, problems: list[dict[str, Any]]) -> Outcome:
+        served = self.snapshot.version if self.snapshot else None
+        for p in problems:
+            _log.error("config rejected", **p)
+        _log.error("config not served", file=str(self.path), result=result, problems=len(problems), still_serving=served)
+        self.last_error = {"result": result, "at": _now(), "problems": problems}
+        return Outcome(result, served, tuple(problems))
+

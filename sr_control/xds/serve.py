@@ -1,0 +1,91 @@
+"""The control plane as one object: config file -> snapshots -> ADS, plus the status port.
+
+    plane = ControlPlane(Path("config.yaml"), Settings(), host="127.0.0.1", port=18000, status_port=18001)
+    plane.start()        # first reload, then gRPC, status HTTP and the file watch
+    ...
+    plane.stop()
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sr_control import log
+from sr_control.compiler import Settings
+from sr_control.config.load import read_text
+from sr_control.xds.cache import SnapshotCache
+from sr_control.xds.hooks import Hooks
+from sr_control.xds.http import StatusServer
+from sr_control.xds.ledger import Ledger
+from sr_control.xds.metrics import Metrics
+from sr_control.xds.reload import Reloader
+from sr_control.xds.server import AdsService, make_server
+from sr_control.xds.watch import FileWatch
+
+_log = log.get_logger("vllm_sr.xds")
+
+
+class ControlPlane:
+    def __init__(
+        self,
+        config: Path,
+        settings: Settings = Settings(),
+        *,
+        host: str = "0.0.0.0",
+        port: int = 18000,
+        status_port: int = 18001,
+        poll_interval: float = 0.025,
+    ) -> None:
+        self.config = config
+        self.cache = SnapshotCache()
+        self.ledger = Ledger()
+        self.metrics = Metrics()
+        self.reloader = Reloader(config, settings, self.cache, self.metrics)
+        self.service = AdsService(self.cache, Hooks.chain(self.ledger.hooks(), self.metrics.hooks()))
+        self._host = host
+        self._port = port
+        self._status_port = status_port
+        self._watch = FileWatch(config, self.reloader.reload, poll_interval)
+        self._grpc: Any = None
+        self._http: StatusServer | None = None
+
+    def start(self) -> None:
+        """Serve. Raises ConfigUnreadable when the file is not there at all, OSError when a port is taken."""
+        read_text(self.config)  # a wrong path is a usage error, not something to wait out
+        # Watch first: an edit landing during the first reload is then reloaded, not missed.
+        self._watch.start()
+        try:
+            self.reloader.reload()
+            self._grpc, self.port = make_server(self.service, f"{self._host}:{self._port}")
+            try:
+                self._http = StatusServer(
+                    self._host,
+                    self._status_port,
+                    status=self.status,
+                    metrics=self.metrics.text,
+                    serving=lambda: self.reloader.snapshot is not None,
+                )
+            except OSError as exc:
+                raise OSError(f"cannot listen on {self._host}:{self._status_port}: {exc.strerror}") from None
+        except BaseException:
+            self.stop()
+            raise
+        self.status_port = self._http.port
+        self._grpc.start()
+        self._http.start()
+        _log.info("xds serving", ads=f"{self._host}:{self.port}", status=f"{self._host}:{self.status_port}", config=str(self.config))
+
+    def stop(self) -> None:
+        self._watch.stop()
+        if self._http is not None:
+            self._http.stop()
+        if self._grpc is not None:
+            # ADS streams never end on their own, so waiting for them would only delay the exit.
+            self._grpc.stop(grace=0.1).wait()
+
+    def status(self) -> dict[str, Any]:
+        return self.reloader.status() | {"nodes": self.ledger.nodes()}
+
+
+__all__ = ["ControlPlane"]

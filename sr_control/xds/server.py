@@ -1,0 +1,100 @@
+"""The gRPC ADS service: state of the world and delta on one port.
+
+Each stream runs one loop over one queue. A reader thread puts the node's requests on it, and
+the cache's watches put "this type changed" on it, so a stream's state is only ever touched by
+its own loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from typing import Any, Union
+
+import grpc
+from envoy.service.discovery.v3 import ads_pb2_grpc
+
+from sr_control.xds.cache import SnapshotCache
+from sr_control.xds.delta import DeltaStream
+from sr_control.xds.hooks import Hooks, Protocol, StreamInfo
+from sr_control.xds.sotw import SotwStream
+
+Stream = Union[SotwStream, DeltaStream]
+# A whole config for 1,000 listeners is a few MiB; grpcio refuses messages over 4 MiB by default.
+MAX_MESSAGE = 64 * 1024 * 1024
+_CLOSED = object()
+
+
+class AdsService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
+    def __init__(self, cache: SnapshotCache, hooks: Hooks = Hooks()) -> None:
+        self.cache = cache
+        self.hooks = hooks
+        self._ids = itertools.count(1)
+
+    def StreamAggregatedResources(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        return self._serve("sotw", SotwStream, request_iterator, context)
+
+    def DeltaAggregatedResources(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        return self._serve("delta", DeltaStream, request_iterator, context)
+
+    def _serve(
+        self,
+        protocol: Protocol,
+        make: Callable[..., Stream],
+        requests: Iterator[Any],
+        context: grpc.ServicerContext,
+    ) -> Iterator[Any]:
+        events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        info = StreamInfo(next(self._ids), protocol, context.peer())
+        stream = make(info, self.cache, self.hooks, lambda type_url: events.put(("push", type_url)))
+
+        def read() -> None:
+            try:
+                for request in requests:
+                    events.put(("request", request))
+            except grpc.RpcError:
+                pass  # the node went away; the loop ends on _CLOSED either way
+            finally:
+                events.put(_CLOSED)
+
+        threading.Thread(target=read, name=f"ads-{info.id}-reader", daemon=True).start()
+        context.add_callback(lambda: events.put(_CLOSED))
+        try:
+            while True:
+                event = events.get()
+                if event is _CLOSED:
+                    return
+                kind, item = event
+                yield from (stream.on_request(item) if kind == "request" else stream.on_push(item))
+        finally:
+            stream.close()
+
+
+def make_server(service: AdsService, address: str, *, max_streams: int = 64) -> tuple[grpc.Server, int]:
+    """A gRPC server for ``service`` bound to ``address`` ("host:port"), not yet started; returns (server, port)."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_streams, thread_name_prefix="ads"),
+        options=[
+            ("grpc.max_send_message_length", MAX_MESSAGE),
+            ("grpc.max_receive_message_length", MAX_MESSAGE),
+            # grpcio shares ports by default: a second control plane on a taken port would
+            # silently split the Envoys between two processes.
+            ("grpc.so_reuseport", 0),
+            # Envoy pings the idle ADS stream (bootstrap keepalive); grpcio would otherwise
+            # count those pings as abuse and close the connection.
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 1_000),
+            ("grpc.http2.max_ping_strikes", 0),
+        ],
+        maximum_concurrent_rpcs=max_streams,
+    )
+    ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(service, server)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise OSError(f"cannot listen on {address} (in use, or not an address of this host)")
+    return server, port

@@ -1,0 +1,159 @@
+"""What each path of a listener does once compiled: which APIs are routed, which answer 404."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.compiler.compiled import compile_text, local_reply, route_for, sidecar_metadata, sidecar_data
+from sr_control.compiler import Resources
+
+CONFIG = """
+version: 2
+providers:
+  models:
+    - {name: solo, api_format: chat_completions, endpoints: ["http://10.1.0.1:8000/v1"]}
+    - {name: other, api_format: chat_completions, endpoints: ["http://10.1.0.2:8000/openai/v1"]}
+    - {name: keyed, api_format: messages, endpoints: ["https://llm.example.com/v1"], api_key_env: KEY}
+deployments:
+  d3-a: {provider: systemone, endpoint: "http://10.2.0.1:8100/v1/systemone", model: d3, schema: vllm-sr/5.0}
+listeners:
+  - name: public
+    port: 8801
+    apis:
+      systemone: {schema: vllm-sr/4.0, max_deadline_ms: 2500}
+      chat_completions: {models: [solo]}
+  - name: chat
+    port: 8802
+    apis:
+      openai: {models: [solo, other]}
+      messages: {models: [keyed]}
+  - name: rewrite
+    port: 8803
+    apis:
+      chat_completions: {models: [other]}
+  - name: empty
+    port: 8804
+    apis:
+      responses: {models: []}
+"""
+
+
+@pytest.fixture(scope="module")
+def resources() -> Resources:
+    return compile_text(CONFIG)
+
+
+@pytest.mark.parametrize("path", ["/v1/systemone", "/v1/systemone/batch", "/v1/decisions"])
+def test_system_one_paths_go_through_the_sidecar_with_the_listener_schema(resources: Resources, path: str) -> None:
+    route = route_for(resources, "public", path)
+    metadata = sidecar_metadata(route)
+    assert metadata is not None
+    assert metadata["x-vsr-listener"] == "public"
+    assert metadata["x-vsr-api"] == "systemone"
+    assert metadata["x-vsr-schema"] == "vllm-sr/4.0"
+    assert route["route"]["cluster_header"] == "x-vsr-cluster"
+    assert route["route"]["timeout"] == "2.500s"
+
+
+@pytest.mark.parametrize(
+    ("listener", "path", "api"),
+    [
+        ("public", "/v1/messages", "messages"),
+        ("public", "/v1/responses", "responses"),
+        ("public", "/v1/images/generations", "images"),
+        ("chat", "/v1/systemone", "systemone"),
+        ("chat", "/v1/decisions", "systemone"),
+    ],
+)
+def test_a_path_of_an_api_not_offered_answers_404_naming_the_api_and_the_listener(
+    resources: Resources, listener: str, path: str, api: str
+) -> None:
+    route = route_for(resources, listener, path)
+    status, body = local_reply(route)
+    assert status == 404
+    assert api in body["detail"]["message"]
+    assert repr(listener) in body["detail"]["message"]
+    assert sidecar_metadata(route) is None  # Envoy answers; Python never sees it
+
+
+def test_an_unknown_path_answers_404_naming_the_listener(resources: Resources) -> None:
+    route = route_for(resources, "chat", "/admin")
+    status, body = local_reply(route)
+    assert status == 404
+    assert "'chat'" in body["detail"]["message"]
+    assert sidecar_metadata(route) is None
+
+
+def test_a_4_0_listener_errors_carry_the_4_0_error_object_too(resources: Resources) -> None:
+    _, legacy = local_reply(route_for(resources, "public", "/v1/messages"))
+    _, current = local_reply(route_for(resources, "chat", "/v1/systemone"))
+    assert legacy["error"]["message"] == legacy["detail"]["message"]
+    assert "error" not in current
+
+
+def test_one_keyless_model_is_routed_straight_to_its_provider(resources: Resources) -> None:
+    route = route_for(resources, "public", "/v1/chat/completions")
+    assert sidecar_metadata(route) is None
+    assert route["route"]["cluster"] == "provider/solo"
+    assert "prefix_rewrite" not in route["route"]  # the endpoint's /v1 is the client's /v1
+
+
+def test_a_provider_under_another_base_path_gets_the_path_rewritten(resources: Resources) -> None:
+    route = route_for(resources, "rewrite", "/v1/chat/completions")
+    assert route["route"]["prefix_rewrite"] == "/openai/v1/chat/completions"
+
+
+def test_several_models_go_through_the_sidecar_which_reads_the_model(resources: Resources) -> None:
+    route = route_for(resources, "chat", "/v1/chat/completions")
+    metadata = sidecar_metadata(route)
+    assert metadata is not None and metadata["x-vsr-api"] == "chat_completions"
+    assert "x-vsr-schema" not in metadata
+    mode = route["typed_per_filter_config"]["envoy.filters.http.ext_proc"]["config"]["overrides"]["processing_mode"]
+    # LLM answers stream back untouched (NONE is the enum's zero, so proto JSON leaves it out).
+    assert mode["response_header_mode"] == "SKIP"
+    assert mode.get("response_body_mode", "NONE") == "NONE"
+    assert mode["request_body_mode"] == "BUFFERED"
+
+
+def test_a_model_with_an_api_key_goes_through_the_sidecar(resources: Resources) -> None:
+    # The key is the sidecar's to add; it is never written into Envoy config.
+    assert sidecar_metadata(route_for(resources, "chat", "/v1/messages")) is not None
+
+
+def test_an_offered_api_without_models_answers_404(resources: Resources) -> None:
+    status, body = local_reply(route_for(resources, "empty", "/v1/responses"))
+    assert status == 404
+    assert "no model serves it" in body["detail"]["message"]
+
+
+def test_models_listing_is_get_only_and_goes_to_the_sidecar(resources: Resources) -> None:
+    get = route_for(resources, "chat", "/v1/models", "GET")
+    assert sidecar_metadata(get) is not None and sidecar_metadata(get)["x-vsr-api"] == "models"  # type: ignore[index]
+    status, body = local_reply(route_for(resources, "chat", "/v1/models", "POST"))
+    assert status == 405
+    assert "GET" in body["detail"]["message"]
+
+
+def test_every_sidecar_route_names_the_version_of_its_listener_data(resources: Resources) -> None:
+    for listener in ("public", "chat"):
+        version = resources.named("type.googleapis.com/xds.type.v3.TypedStruct")[f"sidecar/{listener}"].version
+        route = route_for(resources, listener, "/v1/models", "GET")
+        assert sidecar_metadata(route)["x-vsr-config-version"] == version  # type: ignore[index]
+
+
+def test_sidecar_data_holds_the_listener_apis_and_what_their_models_reach(resources: Resources) -> None:
+    data = sidecar_data(resources, "public")
+    assert data["listener"] == "public"
+    systemone = next(a for a in data["apis"] if a["api"] == "systemone")
+    assert systemone["schema"] == "vllm-sr/4.0"
+    assert systemone["max_deadline_ms"] == 2500
+    assert data["models"]["d3"] == {"deployments": ["d3-a"]}
+    assert data["deployments"]["d3-a"]["cluster"] == "deployment/d3-a"
+    assert data["deployments"]["d3-a"]["path"] == "/v1/systemone"
+    assert data["providers"]["solo"]["cluster"] == "provider/solo"
+
+
+def test_client_sent_routing_headers_are_dropped_on_arrival(resources: Resources) -> None:
+    from tests.compiler.compiled import route_config
+
+    assert route_config(resources, "public")["internal_only_headers"] == ["x-vsr-cluster"]

@@ -1,0 +1,128 @@
+"""A state-of-the-world stream, request by request, without gRPC in between."""
+
+from __future__ import annotations
+
+import pytest
+
+from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE
+from sr_control.xds.cache import ALL_NODES, SnapshotCache
+from sr_control.xds.hooks import Hooks, StreamInfo
+from sr_control.xds.sotw import SotwStream
+from tests.xds.xds_support import snapshot, sotw_request as req
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, ...]] = []
+
+    def hooks(self) -> Hooks:
+        return Hooks(
+            acked=lambda i, t, v: self.events.append(("ack", t, v)),
+            resumed=lambda i, t, v: self.events.append(("resumed", t, v)),
+            nacked=lambda i, t, v, m: self.events.append(("nack", t, v, m)),
+        )
+
+
+@pytest.fixture
+def cache() -> SnapshotCache:
+    c = SnapshotCache()
+    c.set_snapshot(ALL_NODES, snapshot({"a": 8801, "b": 8802}))
+    return c
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def pushes() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def stream(cache: SnapshotCache, recorder: Recorder, pushes: list[str]) -> SotwStream:
+    return SotwStream(StreamInfo(1, "sotw", "test"), cache, recorder.hooks(), pushes.append)
+
+
+def test_the_first_request_gets_every_resource_of_its_type(stream: SotwStream, cache: SnapshotCache) -> None:
+    (response,) = stream.on_request(req(LISTENER))
+    assert response.version_info == cache.snapshot(stream.info.node).type_version(LISTENER)  # type: ignore[union-attr]
+    assert len(response.resources) == 2
+    assert response.nonce
+
+
+def test_a_change_is_pushed_after_the_ack(stream: SotwStream, cache: SnapshotCache, recorder: Recorder, pushes: list[str]) -> None:
+    (first,) = stream.on_request(req(LISTENER))
+    assert stream.on_request(req(LISTENER, first.version_info, first.nonce)) == []
+    assert ("ack", LISTENER, first.version_info) in recorder.events
+    cache.set_snapshot(ALL_NODES, snapshot({"a": 8801, "b": 8802, "c": 8803}, 2))
+    assert pushes == [LISTENER]
+    (second,) = stream.on_push(LISTENER)
+    assert len(second.resources) == 3
+    assert second.version_info != first.version_info
+
+
+def test_a_type_that_did_not_change_is_not_pushed(stream: SotwStream, cache: SnapshotCache, pushes: list[str]) -> None:
+    (first,) = stream.on_request(req(CLUSTER))
+    stream.on_request(req(CLUSTER, first.version_info, first.nonce))
+    cache.set_snapshot(ALL_NODES, snapshot({"a": 8801, "b": 8802, "c": 8803}, 2))
+    assert pushes == []
+
+
+def test_a_nack_is_reported_and_the_refused_version_not_sent_again(
+    stream: SotwStream, cache: SnapshotCache, recorder: Recorder, pushes: list[str]
+) -> None:
+    (first,) = stream.on_request(req(LISTENER))
+    stream.on_request(req(LISTENER, first.version_info, first.nonce))
+    cache.set_snapshot(ALL_NODES, snapshot({"a": 8801, "b": 8802, "c": 8803}, 2))
+    (refused,) = stream.on_push(LISTENER)
+    assert stream.on_request(req(LISTENER, first.version_info, refused.nonce, error="cannot bind 127.0.0.1:8803")) == []
+    assert ("nack", LISTENER, refused.version_info, "cannot bind 127.0.0.1:8803") in recorder.events
+    assert pushes == [LISTENER]  # only the push that was refused
+    cache.set_snapshot(ALL_NODES, snapshot({"a": 8801, "b": 8802, "d": 8804}, 3))
+    assert pushes == [LISTENER, LISTENER]
+
+
+def test_a_request_answering_an_older_response_is_ignored(stream: SotwStream, cache: SnapshotCache) -> None:
+    (first,) = stream.on_request(req(LISTENER))
+    stream.on_request(req(LISTENER, first.version_info, first.nonce))
+    cache.set_snapshot(ALL_NODES, snapshot({"a": 8801}, 2))
+    stream.on_push(LISTENER)
+    assert stream.on_request(req(LISTENER, first.version_info, first.nonce)) == []
+
+
+def test_a_node_reconnecting_with_the_served_version_is_sent_nothing(stream: SotwStream, cache: SnapshotCache, recorder: Recorder) -> None:
+    held = cache.snapshot(stream.info.node).type_version(CLUSTER)  # type: ignore[union-attr]
+    assert stream.on_request(req(CLUSTER, version=held)) == []
+    assert recorder.events == [("resumed", CLUSTER, held)]
+
+
+def test_a_node_reconnecting_with_an_old_version_is_sent_the_current_one(stream: SotwStream) -> None:
+    (response,) = stream.on_request(req(CLUSTER, version="an-old-version"))
+    assert response.version_info != "an-old-version"
+
+
+def test_routes_are_sent_for_the_names_asked_and_again_when_the_names_change(stream: SotwStream) -> None:
+    (first,) = stream.on_request(req(ROUTE, names=("route/a",)))
+    assert [r.type_url for r in first.resources] == [ROUTE]
+    (second,) = stream.on_request(req(ROUTE, first.version_info, first.nonce, names=("route/a", "route/b")))
+    assert len(second.resources) == 2
+
+
+def test_before_any_snapshot_a_request_waits_for_the_first(recorder: Recorder, pushes: list[str]) -> None:
+    cache = SnapshotCache()
+    stream = SotwStream(StreamInfo(1, "sotw", "test"), cache, recorder.hooks(), pushes.append)
+    assert stream.on_request(req(LISTENER)) == []
+    cache.set_snapshot(ALL_NODES, snapshot({"a": 8801}))
+    assert pushes == [LISTENER]
+    (response,) = stream.on_push(LISTENER)
+    assert len(response.resources) == 1
+
+
+def test_closing_the_stream_drops_its_watches(stream: SotwStream, cache: SnapshotCache) -> None:
+    (first,) = stream.on_request(req(LISTENER))
+    stream.on_request(req(LISTENER, first.version_info, first.nonce))
+    assert cache.open_watches() == 1
+    stream.close()
+    assert cache.open_watches() == 0
