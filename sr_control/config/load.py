@@ -27,7 +27,7 @@ from sr_control.config.model import (
     ProviderModel,
     RouterConfig,
 )
-from sr_control.config.source import YamlSyntaxError, parse, plain, position
+from sr_control.config.marked import Marked, YamlSyntaxError, from_round_trip, read
 
 _SECTIONS = ("version", "providers", "deployments", "pools", "listeners")
 
@@ -82,23 +82,24 @@ def load_text(text: str, file: str = "<config>") -> RouterConfig:
 def validate_text(text: str, file: str) -> Report:
     report = Report(file)
     try:
-        doc = parse(text, file)
+        marked = read(text, file)
     except YamlSyntaxError as exc:
         report.problems.append(exc.problem)
         return report
 
     def problem(loc: Loc, message: str, *, at_key: bool = False, severity: str = "error") -> None:
-        line, col = position(doc, loc, at_key=at_key)
+        line, col = marked.position(loc, at_key=at_key)
         report.problems.append(Problem(file, line, col, loc, message, severity))  # type: ignore[arg-type]
 
-    if not isinstance(doc, dict):
-        problem((), f"a router config is a mapping of sections ({', '.join(_SECTIONS)}), not a {type(plain(doc)).__name__}")
+    if not isinstance(marked.data, dict):
+        problem((), f"a router config is a mapping of sections ({', '.join(_SECTIONS)}), not a {type(marked.data).__name__}")
         return report
 
-    doc = _current_format(doc, file, problem)
-    if doc is None:
+    current = _current_format(marked, text, file, problem)
+    if current is None:
         return report
-    data = plain(doc)
+    marked = current
+    data = marked.data
 
     for key in data:
         if key not in _SECTIONS:
@@ -139,13 +140,13 @@ def validate_text(text: str, file: str) -> Report:
     return report
 
 
-def _current_format(doc: Any, file: str, problem: Any) -> Any | None:
+def _current_format(marked: Marked, text: str, file: str, problem: Any) -> Marked | None:
     """The document in the current format, or None (with a problem) when it cannot be."""
-    from sr_control.config import migrate  # migrations import the loader's helpers
+    from sr_control.config import migrate, source  # migrations import the loader's helpers
 
-    version = doc.get("version", 1)
+    version = marked.data.get("version", 1)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        problem(("version",), f"version must be a whole number from 1 to {CURRENT_VERSION}, not {plain(version)!r}")
+        problem(("version",), f"version must be a whole number from 1 to {CURRENT_VERSION}, not {version!r}")
         return None
     if version > CURRENT_VERSION:
         problem(
@@ -153,16 +154,16 @@ def _current_format(doc: Any, file: str, problem: Any) -> Any | None:
             f"config format {version} is newer than this vllm-sr understands (formats 1 to {CURRENT_VERSION}); upgrade vllm-sr",
         )
         return None
-    if version < CURRENT_VERSION:
-        where = ("version",) if "version" in doc else ()
-        problem(
-            where,
-            f"config format {version} is out of date; read as format {CURRENT_VERSION}. "
-            f"Run `vllm-sr config migrate --in-place {file}` to update the file",
-            severity="warning",
-        )
-        doc = migrate.upgrade(doc, version)
-    return doc
+    if version == CURRENT_VERSION:
+        return marked
+    problem(
+        ("version",) if "version" in marked.data else (),
+        f"config format {version} is out of date; read as format {CURRENT_VERSION}. "
+        f"Run `vllm-sr config migrate --in-place {file}` to update the file",
+        severity="warning",
+    )
+    # Migration steps edit ruamel.yaml's round-trip tree, which keeps each moved value's mark.
+    return from_round_trip(migrate.upgrade(source.parse(text, file), version))
 
 
 def _errors(exc: ValidationError, prefix: Loc, problem: Any) -> None:

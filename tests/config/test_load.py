@@ -208,13 +208,32 @@ def test_references_to_a_broken_entry_are_not_reported_twice() -> None:
 
 def test_yaml_syntax_errors_point_at_the_line() -> None:
     assert _problems("version: 2\nlisteners:\n  - name: a\n   port: 1\n") == [
-        "c.yaml:4:4: error: invalid YAML: while parsing a block collection expected <block end>, but found '<block mapping start>'"
+        "c.yaml:4:4: error: invalid YAML: while parsing a block collection did not find expected '-' indicator"
     ]
 
 
 def test_duplicate_keys_are_an_error_not_a_silent_override() -> None:
-    problems = _problems("version: 2\nversion: 2\n")
-    assert len(problems) == 1 and problems[0].startswith("c.yaml:2:1: error: invalid YAML:") and "duplicate key" in problems[0]
+    assert _problems("version: 2\nlisteners: []\nversion: 2\n") == [
+        "c.yaml:3:1: error: invalid YAML: duplicate key 'version' (first given on line 1)"
+    ]
+
+
+def test_scalars_read_as_yaml_1_2_not_1_1() -> None:
+    """`no` and `on` are strings and `010` is ten, as ruamel.yaml (and `config migrate`) read them."""
+    config = loader.load_text(
+        "version: 2\nproviders:\n  models:\n    - {name: no, endpoints: [http://h/v1]}\n"
+        "listeners:\n  - {name: on, port: 010, apis: {openai: {models: [no]}}}\n  - {name: hex, port: 0x1F91}\n"
+    )
+    assert config.providers.models[0].name == "no"
+    assert (config.listeners[0].name, config.listeners[0].port, config.listeners[1].port) == ("on", 10, 8081)
+
+
+def test_merge_keys_are_read() -> None:
+    config = loader.load_text(
+        "version: 2\ndeployments:\n  a: &base {provider: systemone, endpoint: http://h/v1/systemone, model: m}\n"
+        "  b:\n    <<: *base\n    max_concurrency: 2\n"
+    )
+    assert (config.deployments["b"].model, config.deployments["b"].max_concurrency) == ("m", 2)
 
 
 def test_a_file_that_is_not_a_mapping() -> None:
