@@ -22,7 +22,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, PreTrai
 from transformers.utils import logging as hf_logging
 
 from sr_runtime.errors import CheckpointError
-from sr_runtime.mask import AttentionMode, padded_prompt_mask, question_rows_mask, state_mask
+from sr_runtime.mask import AttentionMode, padded_prompt_mask, prompt_mask, question_rows_mask, state_mask
 
 BACKBONES = ("llama", "qwen3_5_text")
 LAYER_KINDS = ("full_attention", "linear_attention")
@@ -172,6 +172,15 @@ class Backbone:
         ).last_hidden_state
         last = torch.tensor(question_lens, device=self.device) - 1
         return out[torch.arange(len(questions), device=self.device), last]
+
+    @torch.inference_mode()
+    def prompt_hidden(self, prompt: Sequence[int], state_len: int, mode: AttentionMode) -> torch.Tensor:
+        """[L, hidden]: every position of one whole prompt under its dense mask, no cache."""
+        return self.model.base_model(
+            input_ids=self._ids([prompt], len(prompt)),
+            attention_mask=self._masks(prompt_mask(mode, state_len, len(prompt) - state_len)[None, None]),
+            use_cache=False,
+        ).last_hidden_state[0]
 
     @torch.inference_mode()
     def prompt_rows(

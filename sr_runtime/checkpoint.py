@@ -196,11 +196,11 @@ def check_tokenizer(tokenizer: Tokenizer) -> None:
         raise _fail(f"{TOKENIZER} adds special tokens around text; a decision checkpoint's tokenizer must add none")
 
 
-def check_codes(config: DecisionConfig, tokenizer: Tokenizer, prefix: str = "") -> None:
-    """Each code (after `prefix`) must be exactly its one token id in the tokenizer."""
+def check_codes(config: DecisionConfig, tokenizer: Tokenizer) -> None:
+    """Each code must be exactly its one token id in the tokenizer."""
     vocab = tokenizer.get_vocab_size()
     for index, (code, token_id) in enumerate(zip(config.codes, config.token_ids)):
-        ids = tokenizer.encode(prefix + code, add_special_tokens=False).ids
+        ids = tokenizer.encode(code, add_special_tokens=False).ids
         if ids != [token_id] or token_id >= vocab:
             raise _fail(
                 f"{DECISION_CONFIG} code {code!r} (index {index}) is tokens {ids} in {TOKENIZER}, not token_id {token_id}"
@@ -208,17 +208,25 @@ def check_codes(config: DecisionConfig, tokenizer: Tokenizer, prefix: str = "") 
 
 
 def zero_shot_config(tokenizer: Tokenizer, model_config: dict[str, Any], base_model: str) -> DecisionConfig:
-    """The reading of a stock base model: option letters after "Answer:", causal, T = 1."""
+    """The reading of a stock base model: option letters after "Answer:", causal, T = 1.
+
+    The code tokens are the letters as they follow "Answer:" (" A", " B", ...) when the
+    tokenizer has them as single tokens, else the bare letters.
+    """
     codes: list[str] = []
     token_ids: list[int] = []
-    for code in ZERO_SHOT_CODES:
-        ids = tokenizer.encode(" " + code, add_special_tokens=False).ids
-        if len(ids) != 1:
+    for prefix in (" ", ""):
+        codes, token_ids = [], []
+        for code in ZERO_SHOT_CODES:
+            ids = tokenizer.encode(prefix + code, add_special_tokens=False).ids
+            if len(ids) != 1:
+                break
+            codes.append(code)
+            token_ids.append(ids[0])
+        if len(codes) >= 2:
             break
-        codes.append(code)
-        token_ids.append(ids[0])
     if len(codes) < 2:
-        raise _fail(f"{TOKENIZER} has no single-token option letters (' A', ' B'), so the model cannot run zero-shot")
+        raise _fail(f"{TOKENIZER} has no single-token option letters (' A', 'A'), so the model cannot run zero-shot")
     max_length = model_config.get("max_position_embeddings")
     return DecisionConfig(
         format_version=1,
@@ -250,7 +258,6 @@ def read_checkpoint(path: Path) -> Checkpoint:
         raise _fail(f"{path}: cannot read config.json or {TOKENIZER}: {exc}") from None
     if not (path / DECISION_CONFIG).is_file():
         config = zero_shot_config(tokenizer, model_config, model_config.get("_name_or_path") or path.name)
-        check_codes(config, tokenizer, prefix=" ")
         return Checkpoint(path, config, tokenizer, zero_shot=True)
     config = parse_decision_config((path / DECISION_CONFIG).read_text(encoding="utf-8"))
     check_tokenizer(tokenizer)
