@@ -145,36 +145,46 @@ def _with_codes(trained: Tokenizer) -> Tokenizer:
     return tokenizer
 
 
-def _model_config(preset: Preset, vocab: int) -> dict[str, Any]:
+def _model_config(preset: Preset, vocab: int, hidden: int, layers: int | None) -> dict[str, Any]:
+    heads = max(4, hidden // 64)
     common = {
         "vocab_size": vocab,
-        "hidden_size": HIDDEN,
-        "intermediate_size": 2 * HIDDEN,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads // 2,
+        "head_dim": hidden // heads,
         "max_position_embeddings": 32768,
-        # Larger than the usual 0.02 so a wrong mask or a stale state moves answers visibly.
-        "initializer_range": 0.1,
+        # 0.1 at hidden 64, larger than the usual 0.02, so a wrong mask or a stale state moves answers visibly.
+        "initializer_range": 0.8 / math.sqrt(hidden),
         "tie_word_embeddings": True,
     }
     if preset.backbone == "llama":
-        return {**common, "model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2}
+        return {**common, "model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": layers or 2}
+    n = layers or 4
     return {
         **common,
         "model_type": "qwen3_5_text",
         "architectures": ["Qwen3_5ForCausalLM"],
-        "num_hidden_layers": 4,
-        "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
-        "linear_key_head_dim": 16,
-        "linear_value_head_dim": 16,
-        "linear_num_key_heads": 2,
-        "linear_num_value_heads": 4,
+        "num_hidden_layers": n,
+        # Qwen3.5's pattern: three linear layers, then one full-attention layer (tiny: two and two).
+        "layer_types": (
+            ["linear_attention", "full_attention"] * 2
+            if n == 4
+            else ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(n)]
+        ),
+        "linear_key_head_dim": hidden // heads,
+        "linear_value_head_dim": hidden // heads,
+        "linear_num_key_heads": heads // 2,
+        "linear_num_value_heads": heads,
     }
 
 
-def create(path: Path, preset_name: str, seed: int = 0) -> Path:
-    """Write preset `preset_name` to `path` (created if needed); the same seed gives the same bytes."""
+def create(path: Path, preset_name: str, seed: int = 0, *, hidden: int = HIDDEN, layers: int | None = None) -> Path:
+    """Write preset `preset_name` to `path` (created if needed); the same seed gives the same bytes.
+
+    `hidden` and `layers` scale a preset up for benchmarks (tests use the tiny default).
+    """
     from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
     from transformers.utils import logging as hf_logging
 
@@ -187,7 +197,7 @@ def create(path: Path, preset_name: str, seed: int = 0) -> Path:
     tokenizer = train_tokenizer()
     PreTrainedTokenizerFast(tokenizer_object=tokenizer).save_pretrained(path)
 
-    raw = _model_config(preset, tokenizer.get_vocab_size())
+    raw = _model_config(preset, tokenizer.get_vocab_size(), hidden, layers)
     config = AutoConfig.for_model(raw.pop("model_type"), **raw)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -195,7 +205,7 @@ def create(path: Path, preset_name: str, seed: int = 0) -> Path:
     (path / "generation_config.json").unlink(missing_ok=True)
 
     generator = torch.Generator().manual_seed(seed + 1)
-    readout = torch.randn(len(CODES), HIDDEN, generator=generator) / math.sqrt(HIDDEN)
+    readout = torch.randn(len(CODES), hidden, generator=generator) / math.sqrt(hidden)
     save_file({"weight": readout.contiguous()}, str(path / READOUT))
 
     decision: dict[str, Any] = {

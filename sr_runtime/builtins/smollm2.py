@@ -8,10 +8,13 @@ head's rows of the option letters (" A", " B", ...), causal attention, T = 1.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from sr_runtime.errors import CheckpointError
@@ -50,8 +53,11 @@ def converted_folder() -> Path:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     source = wheel_folder()
-    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF)
+    print(f"converting {source / GGUF} once into {target}", file=sys.stderr)
+    # The GGUF reader draws a tqdm bar that no transformers setting turns off.
+    with contextlib.redirect_stderr(io.StringIO()):
+        model = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF)
     # A GGUF-loaded model refuses save_pretrained, so write its tensors and config ourselves;
     # a half-written folder is never visible under the final name.
     partial = target.with_name(target.name + ".partial")
