@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -105,7 +106,7 @@ class Engine:
         *,
         name: str | None = None,
         device: str = "cpu",
-        **options: object,
+        **options: Any,
     ) -> Engine:
         """Check a checkpoint folder, load its weights and readout; CheckpointError if unusable."""
         checkpoint = read_checkpoint(path)
@@ -115,7 +116,7 @@ class Engine:
             readout = backbone.lm_head_rows(checkpoint.config.token_ids)
         else:
             readout = _load_readout(path, len(checkpoint.config.codes), backbone.hidden_size)
-        return cls(name or path.name, checkpoint, backbone, readout.to(backbone.device, readout_dtype), **options)  # type: ignore[arg-type]
+        return cls(name or path.name, checkpoint, backbone, readout.to(backbone.device, readout_dtype), **options)
 
     def card(self) -> ModelCard:
         config = self.config
@@ -134,7 +135,7 @@ class Engine:
                 max_input_tokens=self.max_length,
             ),
             attention_mode=config.attention_mode,
-            strengths=self._strengths or "untested: a checkpoint's card says what it answers well",
+            strengths=self._strengths or "not measured by this runtime: see the checkpoint's own documentation",
         )
 
     # -- requests to rows -------------------------------------------------------------------
