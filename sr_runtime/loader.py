@@ -9,6 +9,20 @@ from sr_runtime.errors import CheckpointError
 from sr_runtime.types import DecisionEngine
 
 
+def check_device(device: str) -> None:
+    """A device torch can use here, before any weights move (torch would fail with a traceback)."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise CheckpointError(f"unknown device {device!r} (cpu, cuda, cuda:N)") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise CheckpointError(f"device {device!r} is not available: this torch build or machine has no CUDA GPU")
+    if kind not in ("cpu", "cuda"):
+        raise CheckpointError(f"unsupported device {device!r} (cpu, cuda, cuda:N)")
+
+
 def load_engine(
     model: str,
     *,
@@ -20,6 +34,7 @@ def load_engine(
     """Load MODEL; CheckpointError (one line) if it is neither a built-in nor a usable folder."""
     from sr_runtime.engine import DEFAULT_STATE_CACHE_BYTES, Engine
 
+    check_device(device)
     cache_bytes = DEFAULT_STATE_CACHE_BYTES if state_cache else 0
     if model == "default":
         from sr_runtime.builtins.embedding import EmbeddingEngine

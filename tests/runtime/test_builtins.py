@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from sr_runtime.builtins.embedding import EmbeddingEngine
+from sr_runtime.errors import CheckpointError
 from sr_runtime.loader import load_engine
 from sr_runtime.request import read_request
 from sr_runtime.types import ChoiceAnswer, DecisionRequest, NoulAnswer, NoulQuestion, QuestionError, ScoreAnswer
@@ -62,7 +64,7 @@ def test_default_refuses_a_state_over_its_length(default: EmbeddingEngine) -> No
 
 
 def test_an_unknown_model_names_the_built_ins() -> None:
-    with pytest.raises(Exception, match=r"unknown model 'd3-ultra': not a folder, and not a built-in \(default, smollm2-135m\)"):
+    with pytest.raises(CheckpointError, match=r"unknown model 'd3-ultra': not a folder, and not a built-in \(default, smollm2-135m\)"):
         load_engine("d3-ultra")
 
 
@@ -78,3 +80,11 @@ def test_smollm2_converts_once_and_state_once_equals_its_reference(tmp_path: Pat
     assert max_dp(answer, reference.answer(parsed.request)) <= 1e-4
     assert engine.card().limits.max_options == 26
     assert engine.config.attention_mode == "causal" and engine.checkpoint.zero_shot  # type: ignore[attr-defined]
+
+
+def test_an_unusable_device_is_one_line_not_a_traceback(checkpoints: dict[str, Path]) -> None:
+    with pytest.raises(CheckpointError, match=r"unknown device 'gpu0' \(cpu, cuda, cuda:N\)"):
+        load_engine(str(checkpoints["llama-causal"]), device="gpu0")
+    if not torch.cuda.is_available():
+        with pytest.raises(CheckpointError, match="device 'cuda' is not available"):
+            load_engine(str(checkpoints["llama-causal"]), device="cuda")
