@@ -1,0 +1,198 @@
+"""The transformer backbone, read as hidden states: a state prefill, question rows, whole prompts.
+
+Backbones come through `transformers`: Llama-style models (every layer full attention) and
+Qwen3.5-style hybrids (Gated DeltaNet linear layers plus full-attention layers). Masks go to
+full-attention layers only; linear layers are causal recurrences and read no mask.
+
+State once: a state prefill keeps, at the boundary S, each full-attention layer's K/V (after
+RoPE) and each linear layer's conv window and recurrent state (a `StateSnapshot`). Question
+rows continue from copies of snapshots, one question per row (a recurrence cannot keep two
+questions in one row apart), with positions S, S+1, ... and right padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Union
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, PreTrainedModel
+from transformers.utils import logging as hf_logging
+
+from sr_runtime.errors import CheckpointError
+from sr_runtime.mask import AttentionMode, padded_prompt_mask, prompt_mask, question_rows_mask, state_mask
+
+BACKBONES = ("llama", "qwen3_5_text")
+LAYER_KINDS = ("full_attention", "linear_attention")
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class AttentionState:
+    keys: torch.Tensor  # [1, kv_heads, S, head_dim], RoPE applied
+    values: torch.Tensor  # [1, kv_heads, S, head_dim]
+
+    @property
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.keys, self.values)
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class RecurrentState:
+    conv: torch.Tensor  # [1, conv_dim, kernel]: the last pre-conv inputs
+    recurrent: torch.Tensor  # [1, heads, k_dim, v_dim]: the delta-rule state after the last token
+
+    @property
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.conv, self.recurrent)
+
+
+LayerState = Union[AttentionState, RecurrentState]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class StateSnapshot:
+    """Every layer's state at the end of a state block of `length` tokens."""
+
+    length: int
+    layers: tuple[LayerState, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for layer in self.layers for t in layer.tensors)
+
+
+class Backbone:
+    """A causal LM's decoder stack and its LM head, with the passes the engine needs."""
+
+    def __init__(self, model: PreTrainedModel, device: torch.device) -> None:
+        self.model = model
+        self.device = device
+        self.config = model.config
+        self.kinds: tuple[str, ...] = tuple(
+            getattr(self.config, "layer_types", None) or ["full_attention"] * self.config.num_hidden_layers
+        )
+        self.hybrid = "linear_attention" in self.kinds
+        self.hidden_size: int = self.config.hidden_size
+
+    @classmethod
+    def load(cls, path: Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Backbone:
+        # Start-up noise (weight-loading progress bars, "falling back to the PyTorch GDN kernel")
+        # would bury the one line an operator needs; transformers errors still raise.
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        if config.model_type not in BACKBONES:
+            raise CheckpointError(
+                f"unsupported backbone model_type {config.model_type!r} in {path}/config.json "
+                f"(supported: {', '.join(BACKBONES)})"
+            )
+        kinds = getattr(config, "layer_types", None) or []
+        odd = sorted(set(kinds) - set(LAYER_KINDS))
+        if odd:
+            raise CheckpointError(f"unsupported layer types {odd} in {path}/config.json (supported: {', '.join(LAYER_KINDS)})")
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=dtype, attn_implementation="sdpa", local_files_only=True
+            )
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(f"cannot load the weights in {path}: {exc}".splitlines()[0]) from None
+        target = torch.device(device)
+        return cls(model.to(target).eval(), target)
+
+    def lm_head_rows(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """[codes, hidden]: the zero-shot readout is the LM head's rows of the answer-code tokens."""
+        head = self.model.get_output_embeddings().weight
+        return head[torch.tensor(list(token_ids), device=head.device)].detach().clone()
+
+    def _masks(self, mask: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor | None]:
+        mask = mask.to(self.device)
+        if self.hybrid:
+            return {"full_attention": mask, "linear_attention": None}
+        return mask
+
+    def _ids(self, rows: Sequence[Sequence[int]], width: int) -> torch.Tensor:
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        for b, row in enumerate(rows):
+            ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+        return ids.to(self.device)
+
+    @torch.inference_mode()
+    def prefill(self, ids: Sequence[int], mode: AttentionMode) -> StateSnapshot:
+        """Run a state block once and keep every layer's state at its end."""
+        cache = DynamicCache(config=self.config)
+        n = len(ids)
+        self.model.base_model(
+            input_ids=self._ids([ids], n),
+            attention_mask=self._masks(state_mask(mode, n)[None, None]),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        layers: list[LayerState] = []
+        for i, kind in enumerate(self.kinds):
+            layer = cache.layers[i]
+            if kind == "linear_attention":
+                layers.append(RecurrentState(layer.conv_states[0], layer.recurrent_states[0]))
+            else:
+                layers.append(AttentionState(layer.keys, layer.values))
+        return StateSnapshot(n, tuple(layers))
+
+    def _rows_cache(self, states: Sequence[StateSnapshot], width: int) -> DynamicCache:
+        """A cache holding one copy of each row's state; attention states right-padded to `width`."""
+        cache = DynamicCache(config=self.config)
+        for i, kind in enumerate(self.kinds):
+            parts = [s.layers[i] for s in states]
+            if kind == "linear_attention":
+                conv = torch.cat([p.conv for p in parts])  # type: ignore[union-attr]
+                cache.update_conv_state(conv, i, conv_kernel_size=conv.shape[-1])
+                cache.update_recurrent_state(torch.cat([p.recurrent for p in parts]), i)  # type: ignore[union-attr]
+            else:
+                pad = [(0, 0, 0, width - s.length) for s in states]
+                keys = torch.cat([torch.nn.functional.pad(p.keys, d) for p, d in zip(parts, pad)])  # type: ignore[union-attr]
+                values = torch.cat([torch.nn.functional.pad(p.values, d) for p, d in zip(parts, pad)])  # type: ignore[union-attr]
+                cache.update(keys, values, i)
+        return cache
+
+    @torch.inference_mode()
+    def question_rows(
+        self, states: Sequence[StateSnapshot], questions: Sequence[Sequence[int]], mode: AttentionMode
+    ) -> torch.Tensor:
+        """[B, hidden]: the last hidden state of each question, each continuing its own state."""
+        state_lens = [s.length for s in states]
+        question_lens = [len(q) for q in questions]
+        sw, qw = max(state_lens), max(question_lens)
+        positions = torch.stack([torch.arange(s, s + qw) for s in state_lens]).to(self.device)
+        out = self.model.base_model(
+            input_ids=self._ids(questions, qw),
+            attention_mask=self._masks(question_rows_mask(mode, state_lens, question_lens, sw, qw)),
+            position_ids=positions,
+            past_key_values=self._rows_cache(states, sw),
+            use_cache=True,
+        ).last_hidden_state
+        last = torch.tensor(question_lens, device=self.device) - 1
+        return out[torch.arange(len(questions), device=self.device), last]
+
+    @torch.inference_mode()
+    def prompt_hidden(self, prompt: Sequence[int], state_len: int, mode: AttentionMode) -> torch.Tensor:
+        """[L, hidden]: every position of one whole prompt under its dense mask, no cache."""
+        return self.model.base_model(
+            input_ids=self._ids([prompt], len(prompt)),
+            attention_mask=self._masks(prompt_mask(mode, state_len, len(prompt) - state_len)[None, None]),
+            use_cache=False,
+        ).last_hidden_state[0]
+
+    @torch.inference_mode()
+    def prompt_rows(
+        self, prompts: Sequence[Sequence[int]], state_lens: Sequence[int], mode: AttentionMode
+    ) -> torch.Tensor:
+        """[B, hidden]: whole prompts, no cache, each row under its own dense mask."""
+        lens = [len(p) for p in prompts]
+        width = max(lens)
+        out = self.model.base_model(
+            input_ids=self._ids(prompts, width),
+            attention_mask=self._masks(padded_prompt_mask(mode, list(state_lens), lens, width)),
+            use_cache=False,
+        ).last_hidden_state
+        last = torch.tensor(lens, device=self.device) - 1
+        return out[torch.arange(len(prompts), device=self.device), last]

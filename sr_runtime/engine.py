@@ -1,0 +1,276 @@
+"""The decision engine: owns a backbone, its readout and the state cache; answers requests.
+
+`answer_batch` takes several requests at once (the HTTP server's one scheduler hands it what
+arrived together). Each question becomes a row; rows from every request are packed into passes
+under a token budget. Under `causal` and `prefix_bidir` each distinct state is computed once
+(or found in the LRU) and every question continues from a copy of it; under
+`noncausal_full_attention` the state reads the question, so each row is a whole prompt.
+`reference=True` runs each question as one whole forward with a dense mask and no cache: the
+path every other one is tested against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from sr_runtime.backbone import Backbone, StateSnapshot
+from sr_runtime.checkpoint import READOUT, Checkpoint, DecisionConfig, read_checkpoint
+from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded
+from sr_runtime.prompt import LAYOUTS, PromptTokens, encode_prompts
+from sr_runtime.readout import answer_from, code_probabilities, temperature_for
+from sr_runtime.state_cache import StateCache, state_key
+from sr_runtime.types import (
+    Answer,
+    ChoiceQuestion,
+    DecisionRequest,
+    Limits,
+    ModelCard,
+    NoulQuestion,
+    Question,
+    QuestionError,
+    Result,
+    ScoreQuestion,
+    Usage,
+    coded_options,
+)
+
+DEFAULT_TOKEN_BUDGET = 16_384
+DEFAULT_STATE_CACHE_BYTES = 512 * 2**20
+MIN_OPTIONS, MIN_LEVELS, MAX_LEVELS = 2, 2, 10
+
+
+def resolve_max_length(config: DecisionConfig, requested: int | None) -> int:
+    """A declared validated_length is the default; the operator's value wins, up to max_length."""
+    if requested is None:
+        return config.validated_length or config.max_length
+    if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
+        raise CheckpointError(f"--max-model-len must be a positive integer, not {requested!r}")
+    if requested > config.max_length:
+        raise CheckpointError(f"--max-model-len {requested} is above the checkpoint's max_length {config.max_length}")
+    return requested
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """One question to run: where its answer goes and what it reads."""
+
+    request: int
+    question: int
+    prompt: PromptTokens
+    key: str
+
+
+class Engine:
+    """A decision checkpoint (or a stock base model read zero-shot), ready to answer."""
+
+    def __init__(
+        self,
+        name: str,
+        checkpoint: Checkpoint,
+        backbone: Backbone,
+        readout: torch.Tensor,
+        *,
+        max_model_len: int | None = None,
+        token_budget: int = DEFAULT_TOKEN_BUDGET,
+        state_cache_bytes: int = DEFAULT_STATE_CACHE_BYTES,
+        reference: bool = False,
+        description: str | None = None,
+        strengths: str | None = None,
+    ) -> None:
+        config = checkpoint.config
+        assert readout.shape == (len(config.codes), backbone.hidden_size)
+        self.name = name
+        self.checkpoint = checkpoint
+        self.config = config
+        self.backbone = backbone
+        self.readout = readout
+        self.layout = LAYOUTS[config.prompt_layout]
+        self.max_length = resolve_max_length(config, max_model_len)
+        self.token_budget = token_budget
+        self.state_cache = StateCache(state_cache_bytes)
+        self.reference = reference
+        self._description = description
+        self._strengths = strengths
+
+    @classmethod
+    def load(
+        cls,
+        path: Path,
+        *,
+        name: str | None = None,
+        device: str = "cpu",
+        **options: Any,
+    ) -> Engine:
+        """Check a checkpoint folder, load its weights and readout; CheckpointError if unusable."""
+        checkpoint = read_checkpoint(path)
+        backbone = Backbone.load(path, device)
+        readout_dtype = getattr(torch, checkpoint.config.readout_dtype)
+        if checkpoint.zero_shot:
+            readout = backbone.lm_head_rows(checkpoint.config.token_ids)
+        else:
+            readout = _load_readout(path, len(checkpoint.config.codes), backbone.hidden_size)
+        return cls(name or path.name, checkpoint, backbone, readout.to(backbone.device, readout_dtype), **options)
+
+    def card(self) -> ModelCard:
+        config = self.config
+        reading = "zero-shot (LM head rows of option letters)" if self.checkpoint.zero_shot else "trained code readout"
+        return ModelCard(
+            name=self.name,
+            description=self._description
+            or f"decision checkpoint on {config.base_model}: {config.attention_mode} attention, {reading}",
+            question_types=("noul", "choice", "score"),
+            modalities=("text",),
+            presets=(),
+            limits=Limits(
+                max_options=len(config.codes),
+                min_levels=MIN_LEVELS,
+                max_levels=min(MAX_LEVELS, len(config.codes)),
+                max_input_tokens=self.max_length,
+            ),
+            attention_mode=config.attention_mode,
+            strengths=self._strengths or "not measured by this runtime: see the checkpoint's own documentation",
+        )
+
+    # -- requests to rows -------------------------------------------------------------------
+
+    def _check(self, question: Question) -> int:
+        """The question's option count, if this model can answer it."""
+        if not isinstance(question, (NoulQuestion, ChoiceQuestion, ScoreQuestion)):
+            raise InvalidQuestion(f"this model does not answer {type(question).__name__} questions")
+        n = len(coded_options(question))
+        codes = len(self.config.codes)
+        if isinstance(question, ScoreQuestion) and not MIN_LEVELS <= n <= min(MAX_LEVELS, codes):
+            raise InvalidQuestion(f"a score question needs {MIN_LEVELS} to {min(MAX_LEVELS, codes)} levels, not {n}")
+        if isinstance(question, ChoiceQuestion) and not MIN_OPTIONS <= n <= codes:
+            raise InvalidQuestion(f"a choice question needs {MIN_OPTIONS} to {codes} options on this model, not {n}")
+        return n
+
+    def _rows(self, index: int, request: DecisionRequest, slots: list[Answer | QuestionError | None]) -> list[_Row]:
+        ready: list[int] = []
+        for q, question in enumerate(request.questions):
+            try:
+                self._check(question)
+                ready.append(q)
+            except DecisionError as exc:
+                slots[q] = QuestionError.of(exc)
+        if not ready:
+            return []
+        state_block = self.layout.state_block(request.state)
+        blocks = [self.layout.question_block(request.questions[q], self.config.codes) for q in ready]
+        try:
+            prompts = encode_prompts(self.checkpoint.tokenizer, state_block, blocks, request.state_tokens)
+        except DecisionError as exc:
+            for q in ready:
+                slots[q] = QuestionError.of(exc)
+            return []
+        rows = []
+        for q, prompt in zip(ready, prompts):
+            if len(prompt) > self.max_length:
+                slots[q] = QuestionError.of(MaxLengthExceeded(len(prompt), self.max_length))
+            else:
+                rows.append(_Row(index, q, prompt, state_key(prompt.state)))
+        return rows
+
+    # -- rows to hidden states --------------------------------------------------------------
+
+    def _passes(self, rows: Sequence[_Row], width: Callable[[_Row], int]) -> list[list[_Row]]:
+        """Greedy packing in order: a pass costs its row count times its widest row."""
+        passes: list[list[_Row]] = []
+        current: list[_Row] = []
+        widest = 0
+        for row in rows:
+            cost = width(row)
+            if current and (len(current) + 1) * max(widest, cost) > self.token_budget:
+                passes.append(current)
+                current, widest = [], 0
+            current.append(row)
+            widest = max(widest, cost)
+        if current:
+            passes.append(current)
+        return passes
+
+    def _states(self, rows: Sequence[_Row]) -> dict[str, StateSnapshot]:
+        """Each distinct state of these rows, from the LRU or computed once."""
+        states: dict[str, StateSnapshot] = {}
+        for row in rows:
+            if row.key in states:
+                continue
+            state = self.state_cache.get(row.key)
+            if state is None:
+                state = self.backbone.prefill(row.prompt.state, self.config.attention_mode)
+                self.state_cache.put(row.key, state)
+            states[row.key] = state
+        return states
+
+    def _hidden(self, rows: Sequence[_Row]) -> torch.Tensor:
+        mode = self.config.attention_mode
+        if self.reference:
+            return torch.cat(
+                [self.backbone.prompt_rows([r.prompt.state + r.prompt.question], [len(r.prompt.state)], mode) for r in rows]
+            )
+        if mode == "noncausal_full_attention":
+            passes = self._passes(rows, lambda r: len(r.prompt))
+            return torch.cat(
+                [
+                    self.backbone.prompt_rows(
+                        [r.prompt.state + r.prompt.question for r in p], [len(r.prompt.state) for r in p], mode
+                    )
+                    for p in passes
+                ]
+            )
+        states = self._states(rows)
+        # Rows of one state sit together, so a pass pads little; answers do not depend on packing.
+        order = sorted(range(len(rows)), key=lambda i: (len(rows[i].prompt.state), rows[i].key))
+        ordered = [rows[i] for i in order]
+        hidden = torch.cat(
+            [
+                self.backbone.question_rows([states[r.key] for r in p], [r.prompt.question for r in p], mode)
+                for p in self._passes(ordered, lambda r: len(r.prompt))
+            ]
+        )
+        return hidden[torch.tensor(order).argsort()]
+
+    # -- answers ----------------------------------------------------------------------------
+
+    def answer_batch(self, requests: list[DecisionRequest]) -> list[Result]:
+        """Answers for each request, in question order; a QuestionError where one cannot be answered."""
+        slots: list[list[Answer | QuestionError | None]] = [[None] * len(r.questions) for r in requests]
+        rows = [row for i, request in enumerate(requests) for row in self._rows(i, request, slots[i])]
+        if rows:
+            logits = (self._hidden(rows).to(self.readout.dtype) @ self.readout.T).float().cpu()
+            for row, row_logits in zip(rows, logits):
+                request = requests[row.request]
+                question = request.questions[row.question]
+                t = temperature_for(len(request.questions), self.config.temperature, self.config.temperature_by_questions)
+                try:
+                    probs = code_probabilities(row_logits, len(coded_options(question)), t)
+                    slots[row.request][row.question] = answer_from(question, probs)
+                except DecisionError as exc:
+                    slots[row.request][row.question] = QuestionError.of(exc)
+        return [Result(tuple(s), _usage([r for r in rows if r.request == i])) for i, s in enumerate(slots)]  # type: ignore[arg-type]
+
+    def answer(self, request: DecisionRequest) -> Result:
+        return self.answer_batch([request])[0]
+
+
+def _usage(rows: Sequence[_Row]) -> Usage:
+    states = {r.key: len(r.prompt.state) for r in rows}
+    return Usage(input_tokens=sum(states.values()) + sum(len(r.prompt.question) for r in rows))
+
+
+def _load_readout(path: Path, codes: int, hidden: int) -> torch.Tensor:
+    try:
+        weight = load_file(str(path / READOUT)).get("weight")
+    except (OSError, SafetensorError) as exc:
+        raise CheckpointError(f"cannot read {path / READOUT}: {exc}") from None
+    if weight is None or tuple(weight.shape) != (codes, hidden):
+        shape = None if weight is None else tuple(weight.shape)
+        raise CheckpointError(f"{READOUT} weight has shape {shape}, expected {(codes, hidden)} (codes x hidden_size)")
+    return weight

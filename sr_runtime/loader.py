@@ -1,0 +1,63 @@
+"""MODEL as users give it: a built-in name or a checkpoint folder, loaded into an engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sr_runtime.builtins import BUILTINS
+from sr_runtime.errors import CheckpointError
+from sr_runtime.types import DecisionEngine
+
+
+def check_device(device: str) -> None:
+    """A device torch can use here, before any weights move (torch would fail with a traceback)."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise CheckpointError(f"unknown device {device!r} (cpu, cuda, cuda:N)") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise CheckpointError(f"device {device!r} is not available: this torch build or machine has no CUDA GPU")
+    if kind not in ("cpu", "cuda"):
+        raise CheckpointError(f"unsupported device {device!r} (cpu, cuda, cuda:N)")
+
+
+def load_engine(
+    model: str,
+    *,
+    device: str = "cpu",
+    max_model_len: int | None = None,
+    reference: bool = False,
+    state_cache: bool = True,
+) -> DecisionEngine:
+    """Load MODEL; CheckpointError (one line) if it is neither a built-in nor a usable folder."""
+    from sr_runtime.engine import DEFAULT_STATE_CACHE_BYTES, Engine
+
+    check_device(device)
+    cache_bytes = DEFAULT_STATE_CACHE_BYTES if state_cache else 0
+    if model == "default":
+        from sr_runtime.builtins.embedding import EmbeddingEngine
+
+        if reference:
+            raise CheckpointError("--reference is the checkpoint models' whole-prompt path; 'default' has none")
+        return EmbeddingEngine.load(device, max_model_len)
+    if model == "smollm2-135m":
+        from sr_runtime.builtins import smollm2
+
+        return Engine.load(
+            smollm2.converted_folder(),
+            name=smollm2.NAME,
+            device=device,
+            max_model_len=max_model_len,
+            reference=reference,
+            state_cache_bytes=cache_bytes,
+            description="SmolLM2-135M-Instruct, zero-shot: LM head rows of option letters, causal",
+            strengths=smollm2.STRENGTHS,
+        )
+    path = Path(model)
+    if not path.exists():
+        raise CheckpointError(f"unknown model {model!r}: not a folder, and not a built-in ({', '.join(BUILTINS)})")
+    return Engine.load(
+        path, device=device, max_model_len=max_model_len, reference=reference, state_cache_bytes=cache_bytes
+    )

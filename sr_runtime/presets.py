@@ -1,0 +1,231 @@
+"""Tiny random decision checkpoints, written by our own code, for tests and benchmarks.
+
+Each preset is a real checkpoint in the format `checkpoint.py` reads: a transformers model with
+random weights (hidden 64), a byte-level BPE tokenizer trained here on a small built-in corpus,
+a random code readout and a `decision_config.json`. The tokenizer has no pre-tokenizer split,
+so its merges may cross the state/question boundary (`e.\\n\\n` is one token), which is the case
+the state block size rule exists for. The same seed writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from sr_runtime.checkpoint import DECISION_CONFIG, READOUT
+from sr_runtime.mask import AttentionMode
+from sr_runtime.prompt import LAYOUTS
+from sr_runtime.types import ChoiceQuestion, NoulQuestion, ScoreQuestion
+
+HIDDEN = 64
+VOCAB = 1024
+# d3's codes: A..Z, then AA, AB, ... up to 255 single-token codes.
+CODES = tuple([chr(c) for c in range(65, 91)] + ["".join(p) for p in product("ABCDEFGHIJ", repeat=2)] + [
+    "".join(p) for p in product("KLMNOPQRSTUVWXYZ", repeat=2)
+])[:255]
+
+CORPUS = """\
+Our export button fails with a 500 since this morning. Open a ticket.
+How do I export my invoices as CSV? The download link in the billing page is gone.
+I was charged twice for the March invoice and I want a refund.
+The app crashes on login after the latest update, every single time.
+Can you reset my password? The reset email never arrives.
+Thanks, the issue is solved now. Great support as always.
+This is the third time I write about the same bug. Nobody answers.
+Please cancel my subscription at the end of the month.
+The dashboard is slow when I open reports with more than a year of data.
+Your product is garbage and your team is useless.
+Buy cheap watches now, click this link for a free prize!
+I love the new dark mode, it looks great on my phone.
+Our whole team is blocked: the API returns timeouts for every request.
+Where can I find the documentation for the webhooks?
+The refund window is 30 days from the date of purchase.
+Our offices close on public holidays.
+The shipment arrived damaged and two items are missing.
+I would like to upgrade to the business plan with more seats.
+Is there a way to add a second admin to our account?
+The invoice shows the wrong company address, please fix it.
+Payments, invoices and refunds. Outages, errors and bugs. Anything else.
+low, medium, high, critical. calm, annoyed, angry, furious.
+{"request": "Open a ticket.", "history": "How do I export my invoices?"}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    name: str
+    backbone: str  # "hybrid" (Qwen3.5 text: Gated DeltaNet + full attention) or "llama"
+    attention_mode: AttentionMode
+    prompt_layout: str
+    temperature: float
+    temperature_by_questions: dict[str, list[Any]] | None = None
+    validated_length: int | None = None
+    summary: str = ""
+
+
+PRESETS = {
+    p.name: p
+    for p in (
+        Preset(
+            "hybrid-prefix-bidir", "hybrid", "prefix_bidir", "header-v1", 1.0,
+            {"max_questions": [1, 4, 16], "temperature": [1.046, 1.0, 1.0, 1.0]}, 4096,
+            "Qwen3.5-style hybrid (linear + full layers), prefix_bidir, header-v1, temperature_by_questions",
+        ),
+        Preset("hybrid-causal", "hybrid", "causal", "d3", 0.75, summary="Qwen3.5-style hybrid, causal, d3 layout"),
+        Preset(
+            "hybrid-noncausal", "hybrid", "noncausal_full_attention", "d3", 0.75,
+            summary="Qwen3.5-style hybrid, noncausal_full_attention (as public d3 checkpoints)",
+        ),
+        Preset("llama-causal", "llama", "causal", "d3", 1.0, summary="Llama-style, causal, d3 layout"),
+        Preset(
+            "llama-prefix-bidir", "llama", "prefix_bidir", "header-v1", 1.0, validated_length=2048,
+            summary="Llama-style, prefix_bidir, header-v1",
+        ),
+    )
+}
+
+
+def _training_text() -> list[str]:
+    """The corpus, plus prompts in both layouts so the scaffolding gets its own merges."""
+    lines = CORPUS.splitlines()
+    questions = [
+        NoulQuestion("Does the user report a problem that blocks their work?"),
+        ChoiceQuestion((("billing", "Payments, invoices and refunds"), ("engineering", "Outages, errors and bugs"), ("other", None)), "Which team should handle this request?"),
+        ScoreQuestion(("calm", "annoyed", "angry"), "How angry is the customer?"),
+    ]
+    prompts = [
+        layout.state_block(line) + layout.question_block(questions[i % len(questions)], CODES)
+        for layout in LAYOUTS.values()
+        for i, line in enumerate(lines)
+    ]
+    return lines + prompts
+
+
+def train_tokenizer() -> Tokenizer:
+    """Byte-level BPE with no pre-tokenizer split, so merges run across spaces and newlines."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB - len(CODES),
+        min_frequency=2,
+        max_token_length=8,  # keeps whole repeated prompt lines from becoming single tokens
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_training_text(), trainer)
+    return _with_codes(tokenizer)
+
+
+def _with_codes(trained: Tokenizer) -> Tokenizer:
+    """Append one last-ranked merge per two-letter code, so every code is exactly one token.
+
+    Single letters are already byte-level tokens. Merges, unlike added tokens, leave ordinary
+    words whole ("Question" stays mergeable), so a state's last character can still join the
+    question block's first token.
+    """
+    model = json.loads(trained.to_str())["model"]
+    vocab: dict[str, int] = dict(model["vocab"])
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
+    for code in CODES:
+        if len(code) == 2 and code not in vocab:
+            vocab[code] = len(vocab)
+            merges.append((code[0], code[1]))
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tokenizer.pre_tokenizer = trained.pre_tokenizer
+    tokenizer.decoder = trained.decoder
+    return tokenizer
+
+
+def _model_config(preset: Preset, vocab: int, hidden: int, layers: int | None) -> dict[str, Any]:
+    heads = max(4, hidden // 64)
+    common = {
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads // 2,
+        "head_dim": hidden // heads,
+        "max_position_embeddings": 32768,
+        # 0.1 at hidden 64, larger than the usual 0.02, so a wrong mask or a stale state moves answers visibly.
+        "initializer_range": 0.8 / math.sqrt(hidden),
+        "tie_word_embeddings": True,
+    }
+    if preset.backbone == "llama":
+        return {**common, "model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": layers or 2}
+    n = layers or 4
+    return {
+        **common,
+        "model_type": "qwen3_5_text",
+        "architectures": ["Qwen3_5ForCausalLM"],
+        "num_hidden_layers": n,
+        # Qwen3.5's pattern: three linear layers, then one full-attention layer (tiny: two and two).
+        "layer_types": (
+            ["linear_attention", "full_attention"] * 2
+            if n == 4
+            else ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(n)]
+        ),
+        "linear_key_head_dim": hidden // heads,
+        "linear_value_head_dim": hidden // heads,
+        "linear_num_key_heads": heads // 2,
+        "linear_num_value_heads": heads,
+    }
+
+
+def create(path: Path, preset_name: str, seed: int = 0, *, hidden: int = HIDDEN, layers: int | None = None) -> Path:
+    """Write preset `preset_name` to `path` (created if needed); the same seed gives the same bytes.
+
+    `hidden` and `layers` scale a preset up for benchmarks (tests use the tiny default).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+    from transformers.utils import logging as hf_logging
+
+    if preset_name not in PRESETS:
+        raise KeyError(f"unknown preset {preset_name!r} (presets: {', '.join(PRESETS)})")
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    preset = PRESETS[preset_name]
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer).save_pretrained(path)
+
+    raw = _model_config(preset, tokenizer.get_vocab_size(), hidden, layers)
+    config = AutoConfig.for_model(raw.pop("model_type"), **raw)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.save_pretrained(path)
+    (path / "generation_config.json").unlink(missing_ok=True)
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    readout = torch.randn(len(CODES), hidden, generator=generator) / math.sqrt(hidden)
+    save_file({"weight": readout.contiguous()}, str(path / READOUT))
+
+    decision: dict[str, Any] = {
+        "format_version": 1,
+        "format_id": "vllm-sr-decision",
+        "prompt": "d3",
+        "base_model": f"vllm-sr/tiny-{preset.backbone}",
+        "revision": f"seed-{seed}",
+        "codes": list(CODES),
+        "token_ids": [tokenizer.token_to_id(code) for code in CODES],
+        "temperature": preset.temperature,
+        "attention_mode": preset.attention_mode,
+        "pooling": "last",
+        "max_length": 32768,
+        "readout_dtype": "float32",
+        "prompt_layout": preset.prompt_layout,
+    }
+    if preset.validated_length is not None:
+        decision["validated_length"] = preset.validated_length
+    if preset.temperature_by_questions is not None:
+        decision["temperature_by_questions"] = preset.temperature_by_questions
+    (path / DECISION_CONFIG).write_text(json.dumps(decision, indent=2) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,124 @@
+"""Prompt layouts and the state block size rule.
+
+A prompt is a state block (system turn, media, `State:` and the state) then a question block
+(instructions and coded options). The question id never enters the prompt. Every question
+block of a layout starts with the same text (`QUESTION_LEAD`), so the tokens at the boundary,
+and with them the state block, are the same for every question of a request.
+
+The state block size is the count of lead tokens that end by the end of the state block's
+text: a token that joins the state's last character to the question block (say `.\\n\\n`)
+belongs to the question. Layouts are specified for operators in docs/runtime/prompt-layouts.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tokenizers import Tokenizer
+
+from sr_runtime.errors import InvalidInput
+from sr_runtime.types import Question, Text, coded_options, render_text
+
+SYSTEM = "Read the state, then answer the question with the code of one option."
+QUESTION_LEAD = "\n\n"
+
+_DEFAULT_INSTRUCTIONS = {
+    "noul": "Is this true?",
+    "choice": "Which option fits best?",
+    "score": "Which level fits best?",
+}
+
+
+def _instructions(question: Question) -> str:
+    if question.instructions is None:
+        return _DEFAULT_INSTRUCTIONS[question.type]
+    return render_text(question.instructions)
+
+
+def _option_lines(question: Question, codes: Sequence[str]) -> str:
+    return "".join(f"{code}. {option.label}\n" for code, option in zip(codes, coded_options(question)))
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How one checkpoint family writes its prompts; `d3` and `header-v1` are the two in use."""
+
+    name: str
+
+    def state_block(self, state: Text) -> str:
+        if self.name == "header-v1":
+            return f"### System\n{SYSTEM}\n\n### State\n{render_text(state)}"
+        return f"{SYSTEM}\n\nState:\n{render_text(state)}"
+
+    def question_block(self, question: Question, codes: Sequence[str]) -> str:
+        options = _option_lines(question, codes)
+        if self.name == "header-v1":
+            n = len(coded_options(question))
+            return (
+                f"{QUESTION_LEAD}### Question ({question.type}, {n} options)\n{_instructions(question)}\n\n"
+                f"### Options\n{options}\n### Answer\n"
+            )
+        return f"{QUESTION_LEAD}Question: {_instructions(question)}\n{options}Answer:"
+
+
+LAYOUTS = {name: Layout(name) for name in ("d3", "header-v1")}
+
+
+@dataclass(frozen=True, slots=True)
+class PromptTokens:
+    """One question's prompt as tokens: the state block (S tokens) then the question block."""
+
+    state: tuple[int, ...]
+    question: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.state) + len(self.question)
+
+
+def state_block_size(offsets: Sequence[tuple[int, int]], state_chars: int) -> int:
+    """The count of lead tokens that end by character `state_chars`."""
+    size = 0
+    for _, end in offsets:
+        if end > state_chars:
+            break
+        size += 1
+    return size
+
+
+def checked_state_tokens(value: object, rule_size: int) -> int:
+    """A caller-given state block size: an int (never a bool) within the state block."""
+    # bool is a subclass of int: `True` would otherwise make a one-token state block.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"the state size must be an int, not {type(value).__name__}")
+    if not 1 <= value <= rule_size:
+        raise InvalidInput(f"the state size {value} is outside 1..{rule_size} (the state block's tokens)")
+    return value
+
+
+def encode_prompts(
+    tokenizer: Tokenizer, state_block: str, question_blocks: Sequence[str], state_tokens: object = None
+) -> list[PromptTokens]:
+    """Tokenize a request's prompts, reading the state once.
+
+    The first prompt is tokenized whole; the state block is its first S tokens. Every question
+    block is then tokenized from the character where the question's first token starts (the
+    "tail"), never the whole state again. If the first question's tail tokens differ from its
+    whole-prompt tokens, the tokenizer's split is not local here, and every prompt is tokenized
+    whole instead (each question then carries its own state block).
+    """
+    first = tokenizer.encode(state_block + question_blocks[0], add_special_tokens=False)
+    rule = state_block_size(first.offsets, len(state_block))
+    size = rule if state_tokens is None else checked_state_tokens(state_tokens, rule)
+    cut = first.offsets[size][0]
+    tails = tokenizer.encode_batch([state_block[cut:] + block for block in question_blocks], add_special_tokens=False)
+    if tails[0].ids == first.ids[size:]:
+        state = tuple(first.ids[:size])
+        return [PromptTokens(state, tuple(tail.ids)) for tail in tails]
+    wholes = tokenizer.encode_batch([state_block + block for block in question_blocks], add_special_tokens=False)
+    out = []
+    for whole in wholes:
+        own = state_block_size(whole.offsets, len(state_block))
+        own = own if state_tokens is None else checked_state_tokens(state_tokens, own)
+        out.append(PromptTokens(tuple(whole.ids[:own]), tuple(whole.ids[own:])))
+    return out

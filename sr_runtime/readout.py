@@ -1,0 +1,93 @@
+"""From code logits to typed answers: mask to the option count, divide by T once, softmax.
+
+The readout reads the last prompt token: its hidden state times a [codes, hidden] matrix gives
+one logit per answer code. Only the first n codes are offered to a question of n options.
+Temperature never changes the argmax; confidence follows the System One standard (§2.1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from sr_runtime.errors import InvalidModelOutput
+from sr_runtime.types import (
+    Answer,
+    ChoiceAnswer,
+    ChoiceQuestion,
+    NoulAnswer,
+    NoulQuestion,
+    Question,
+    ScoreAnswer,
+    coded_options,
+    render_text,
+)
+
+
+def temperature_for(
+    n_questions: int, temperature: float, by_questions: tuple[tuple[int, ...], tuple[float, ...]] | None
+) -> float:
+    """The temperature for a request of `n_questions` questions.
+
+    With `temperature_by_questions` = (bounds, temperatures), the first bucket whose bound is
+    >= n wins; above every bound, the last temperature. Without it, the scalar temperature.
+    """
+    if by_questions is None:
+        return temperature
+    bounds, temperatures = by_questions
+    for bound, t in zip(bounds, temperatures):
+        if n_questions <= bound:
+            return t
+    return temperatures[-1]
+
+
+def code_probabilities(logits: torch.Tensor, n_options: int, temperature: float) -> list[float]:
+    """Probabilities over the first `n_options` codes: mask the rest to -inf, divide by T, softmax."""
+    masked = logits.to(torch.float32).clone()
+    masked[n_options:] = float("-inf")
+    probs = torch.softmax(masked / temperature, dim=-1)[:n_options]
+    out = [float(p) for p in probs]
+    if not all(math.isfinite(p) for p in out):
+        raise InvalidModelOutput("the readout produced a non-finite probability")
+    return out
+
+
+def choice_confidence(probs: Sequence[float]) -> float:
+    """(n * pmax - 1) / (n - 1): 0 for a uniform answer, 1 for a certain one."""
+    n = len(probs)
+    if n == 1:
+        return 1.0
+    return min(1.0, max(0.0, (n * max(probs) - 1) / (n - 1)))
+
+
+def score_confidence(probs: Sequence[float]) -> float:
+    """max(0, 1 - sum p_i |i - mode| / D), D the mean |i - (n-1)/2| over the levels."""
+    n = len(probs)
+    if n == 1:
+        return 1.0
+    mode = max(range(n), key=lambda i: probs[i])
+    spread = sum(p * abs(i - mode) for i, p in enumerate(probs))
+    d = sum(abs(i - (n - 1) / 2) for i in range(n)) / n
+    return min(1.0, max(0.0, 1 - spread / d))
+
+
+def answer_from(question: Question, probs: Sequence[float]) -> Answer:
+    """The typed answer to `question` from its option probabilities (in code order)."""
+    if isinstance(question, NoulQuestion):
+        return NoulAnswer(noul=probs[1])
+    if isinstance(question, ChoiceQuestion):
+        keys = [o.key for o in coded_options(question)]
+        best = max(range(len(keys)), key=lambda i: probs[i])
+        return ChoiceAnswer(
+            choice=keys[best],
+            probabilities=tuple(zip(keys, probs)),
+            confidence=choice_confidence(probs),
+        )
+    return ScoreAnswer(
+        score=sum(i * p for i, p in enumerate(probs)),
+        probabilities=tuple(probs),
+        confidence=score_confidence(probs),
+        legend=tuple(render_text(level) for level in question.levels),
+    )

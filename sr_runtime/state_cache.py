@@ -1,0 +1,68 @@
+"""An LRU of computed states across requests, bounded in bytes.
+
+A state is keyed by a digest of its whole state block and its size: under prefix_bidir every
+state token's K/V depends on the whole state (it reads later state tokens too), so a prefix
+digest would not do. Question blocks are never cached: they read themselves both ways.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sr_runtime.backbone import StateSnapshot
+
+
+def state_key(state_ids: Sequence[int]) -> str:
+    """sha256 of the state block's token ids, with its size."""
+    digest = hashlib.sha256()
+    digest.update(len(state_ids).to_bytes(8, "little"))
+    for token in state_ids:
+        digest.update(token.to_bytes(4, "little"))
+    return f"{digest.hexdigest()}:{len(state_ids)}"
+
+
+@dataclass(slots=True)
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+
+
+class StateCache:
+    """Least recently used states, at most `capacity_bytes` in all; 0 keeps nothing."""
+
+    def __init__(self, capacity_bytes: int) -> None:
+        self.capacity_bytes = capacity_bytes
+        self.stats = CacheStats()
+        self._entries: OrderedDict[str, StateSnapshot] = OrderedDict()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def get(self, key: str) -> StateSnapshot | None:
+        state = self._entries.get(key)
+        if state is None:
+            self.stats.misses += 1
+            return None
+        self._entries.move_to_end(key)
+        self.stats.hits += 1
+        return state
+
+    def put(self, key: str, state: StateSnapshot) -> None:
+        size = state.nbytes
+        if size > self.capacity_bytes or key in self._entries:
+            return
+        while self._bytes + size > self.capacity_bytes:
+            _, old = self._entries.popitem(last=False)
+            self._bytes -= old.nbytes
+            self.stats.evictions += 1
+        self._entries[key] = state
+        self._bytes += size

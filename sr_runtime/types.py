@@ -1,0 +1,172 @@
+"""The engine's request and answer types: plain frozen values, no I/O, no wire spellings.
+
+A request is a state plus ordered questions. Question ids are not here: they never reach the
+prompt, so the caller keeps them beside the answers, which come back in question order.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, TypeAlias, Union
+
+from sr_runtime.errors import DecisionError
+
+# Structured text: the standard lets a state, instructions and descriptions be objects or arrays.
+Text: TypeAlias = Union[str, dict, list]
+QuestionType = Literal["noul", "choice", "score"]
+
+
+def render_text(value: Text) -> str:
+    """Text as a model reads it: strings as they are, objects and arrays as `json.dumps` text."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class NoulQuestion:
+    """A yes/no question: P(true). Either criterion may be missing."""
+
+    instructions: Text | None = None
+    true: Text | None = None
+    false: Text | None = None
+    type: QuestionType = field(default="noul", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceQuestion:
+    """Pick one option; `options` keeps the request's order and each name byte for byte."""
+
+    options: tuple[tuple[str, Text | None], ...]
+    instructions: Text | None = None
+    type: QuestionType = field(default="choice", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreQuestion:
+    """Ordered levels, lowest first; the answer is the expected level."""
+
+    levels: tuple[Text, ...]
+    instructions: Text | None = None
+    type: QuestionType = field(default="score", init=False)
+
+
+Question: TypeAlias = Union[NoulQuestion, ChoiceQuestion, ScoreQuestion]
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One coded option as the prompt shows it: the answer key and the text beside its code."""
+
+    key: str
+    label: str
+
+
+def coded_options(question: Question) -> tuple[Option, ...]:
+    """The options a question offers, in code order: noul is (false, true), score levels ascend."""
+    if isinstance(question, NoulQuestion):
+        no = render_text(question.false) if question.false is not None else "No"
+        yes = render_text(question.true) if question.true is not None else "Yes"
+        return (Option("false", f"false: {no}"), Option("true", f"true: {yes}"))
+    if isinstance(question, ChoiceQuestion):
+        return tuple(
+            Option(name, name if desc is None else f"{name}: {render_text(desc)}") for name, desc in question.options
+        )
+    return tuple(Option(str(i), render_text(level)) for i, level in enumerate(question.levels))
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRequest:
+    """One state and its questions. `state_tokens` is a caller-given state block size (an int)."""
+
+    state: Text
+    questions: tuple[Question, ...]
+    state_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NoulAnswer:
+    noul: float
+    type: QuestionType = field(default="noul", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceAnswer:
+    choice: str
+    probabilities: tuple[tuple[str, float], ...]
+    confidence: float
+    type: QuestionType = field(default="choice", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreAnswer:
+    score: float
+    probabilities: tuple[float, ...]
+    confidence: float
+    legend: tuple[str, ...]
+    type: QuestionType = field(default="score", init=False)
+
+
+Answer: TypeAlias = Union[NoulAnswer, ChoiceAnswer, ScoreAnswer]
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionError:
+    """Why one question got no answer; `code` is the standard's error word."""
+
+    code: str
+    message: str
+
+    @classmethod
+    def of(cls, error: DecisionError) -> QuestionError:
+        return cls(error.code, str(error))
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens read for a request: its state block once plus every question block."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_options: int
+    min_levels: int
+    max_levels: int
+    max_input_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCard:
+    """What a model answers, for `GET /v1/models` and the router's capability checks."""
+
+    name: str
+    description: str
+    question_types: tuple[QuestionType, ...]
+    modalities: tuple[str, ...]
+    presets: tuple[str, ...]
+    limits: Limits
+    attention_mode: str
+    strengths: str
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """A request's answers in question order (an error in place of each unanswered one)."""
+
+    answers: tuple[Answer | QuestionError, ...]
+    usage: Usage
+
+
+class DecisionEngine(Protocol):
+    """What the CLI and the HTTP server need from any model, whatever its family."""
+
+    name: str
+    max_length: int
+
+    def card(self) -> ModelCard: ...
+
+    def answer_batch(self, requests: list[DecisionRequest]) -> list[Result]: ...
