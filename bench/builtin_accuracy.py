@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sr_runtime.loader import load_engine
-from sr_runtime.request import read_request, response_json
+from sr_runtime.request import read_request
 
 DATA = Path(__file__).with_name("data") / "labelled.jsonl"
 SEED_002_CURL = {
@@ -96,7 +96,7 @@ def evaluate(name: str, device: str, rows: list[dict[str, Any]], base: dict[str,
         start = time.perf_counter()
         result = engine.answer_batch([parsed.request])[0]
         took = time.perf_counter() - start
-        answers = response_json(engine.name, parsed.ids, result)["answers"]
+        answers = parsed.response(engine.name, result)["answers"]
         print(f"\n{label} ({took * 1000:.0f} ms): `{json.dumps(answers, ensure_ascii=False)}`")
 
 
