@@ -23,7 +23,7 @@ def check_device(device: str) -> None:
         raise CheckpointError(f"unsupported device {device!r} (cpu, cuda, cuda:N)")
 
 
-def check_model(model: str) -> str:
+def check_model(model: str, max_model_len: int | None = None) -> str:
     """MODEL's served name (the built-in's, or the folder's) after the checks that load no weights."""
     if model in BUILTINS:
         return model
@@ -35,7 +35,11 @@ def check_model(model: str) -> str:
         )
     from sr_runtime.checkpoint import read_checkpoint
 
-    read_checkpoint(path)
+    checkpoint = read_checkpoint(path)
+    if max_model_len is not None:
+        from sr_runtime.engine import resolve_max_length
+
+        resolve_max_length(checkpoint.config, max_model_len)
     return path.name
 
 

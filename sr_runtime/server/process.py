@@ -46,8 +46,8 @@ def bind(host: str, port: int) -> socket.socket:
 
 def serve(settings: ServerSettings) -> int:
     """Serve until interrupted; 0 after a clean stop, 2 when the model failed to load."""
+    name = check_model(settings.model, settings.max_model_len)
     check_device(settings.device)
-    name = check_model(settings.model)
     sock = bind(settings.host, settings.port)
     failed: list[str] = []
 

@@ -14,6 +14,7 @@ from enum import Enum
 
 from sr_control.log import get_logger
 from sr_control.systemone import REGISTRY, ListenerCodec
+from sr_runtime.errors import CheckpointError
 from sr_runtime.server.errors import Unavailable
 from sr_runtime.server.metrics import Metrics
 from sr_runtime.server.scheduler import Scheduler
@@ -70,7 +71,8 @@ class Runtime:
             engine, release_date = self._load()
             scheduler = Scheduler(engine, self.settings.max_batch_tokens, self.settings.max_queue, self.metrics.engine_round)
         except Exception as exc:  # noqa: BLE001 - a failed load is reported, never raised into a thread
-            self.failure = str(exc) or type(exc).__name__
+            why = str(exc) if isinstance(exc, CheckpointError) else f"cannot load {self.settings.model}: {type(exc).__name__}: {exc}"
+            self.failure = why.splitlines()[0]
             self.status = Status.FAILED
             log.error("model failed to load", model=self.settings.model, error=self.failure)
             self._loaded.set()
