@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from sr_runtime.server import ServerSettings
 
 from .conftest import CHOICE, NOUL, SCHEMAS, HeldEngine, body, engine_loader, runtime, serving, wait_until
 
+DOCS = Path(__file__).parents[2] / "docs" / "runtime" / "server.md"
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()
 
 
@@ -69,11 +71,14 @@ def test_the_first_unanswerable_question_in_request_order_fails_the_request(clie
 
 
 def test_400_max_length_exceeded_past_the_validated_length_without_the_header(checkpoint: Path, schema: str) -> None:
-    long_state = "The export fails again today. " * 400  # ~2,800 tokens; validated_length is 2,048
+    """As docs/runtime/server.md shows it: the checkpoint is validated at 2,048 tokens."""
+    long_state = "The export fails again today. " * 400
+    shown = re.search(r"\*\*Validated length\.\*\*.*?```json\n(.*?)```", DOCS.read_text(), flags=re.S)
+    assert shown is not None
     with serving(ServerSettings(str(checkpoint), schema=schema, max_model_len=8192)) as client:
         refused = client.post("/v1/systemone", json=body(state=long_state))
         doc = error(refused, 400, "question_failed", "max_length_exceeded")
-        assert "validated at (2048); send the header TypeSafe-Danger-Zone-Long-Context: true to read up to 8192" in doc["detail"]["message"]
+        assert {k: v for k, v in doc.items() if k != "error"} == json.loads(shown.group(1))
         allowed = client.post("/v1/systemone", json=body(state=long_state), headers={"TypeSafe-Danger-Zone-Long-Context": "true"})
         assert allowed.status_code == 200
         too_long = client.post("/v1/systemone", json=body(state=long_state * 4), headers={"TypeSafe-Danger-Zone-Long-Context": "true"})

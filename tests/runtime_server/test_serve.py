@@ -63,7 +63,7 @@ def test_the_seeds_model_name_fails_at_start_with_one_line() -> None:
         (["--api-key-env", "VLLM_SR_TEST_NO_SUCH_VAR"], "--api-key-env VLLM_SR_TEST_NO_SUCH_VAR: the variable is not set or empty"),
         (["--device", "gpu0"], "unknown device 'gpu0' (cpu, cuda, cuda:N)"),
         (["--max-queue", "0"], "--max-queue must be at least 1, not 0"),
-        (["--max-model-len", "99999999"], "--max-model-len 99999999 is above the checkpoint's max_length 32768"),
+        pytest.param(["--max-model-len", "99999999"], "--max-model-len 99999999 is above the checkpoint's max_length 32768", marks=pytest.mark.slow),
     ],
 )
 def test_unusable_flags_fail_at_start_with_one_line(checkpoint: Path, args: list[str], line: str) -> None:
@@ -82,6 +82,7 @@ def test_a_port_in_use_fails_with_one_line(checkpoint: Path) -> None:
     assert done.stderr.strip().splitlines() == [f"cannot listen on 127.0.0.1:{port}: Address already in use"]
 
 
+@pytest.mark.slow
 def test_a_model_that_fails_to_load_stops_the_server_with_exit_2(checkpoint: Path, tmp_path: Path) -> None:
     """The weights are read only after the server is up: their failure still ends it, in one line."""
     folder = Path(shutil.copytree(checkpoint, tmp_path / "torn"))
@@ -152,12 +153,16 @@ def test_default_serves_the_seeds_curl_example_and_is_conformant() -> None:
             response = httpx.post(server.url + path, json=request, timeout=60)
             assert response.status_code == 200, response.text
             assert rounded(response.json()) == rounded(shown)
+        unknown = httpx.post(server.url + "/v1/systemone", json={**examples[0][1], "model": "vllm-sr/vela3-fast"})
+        shown = re.search(r"## Model names.*?```json\n(.*?)```", (DOCS / "server.md").read_text(), flags=re.S)
+        assert shown is not None and unknown.status_code == 400 and unknown.json() == json.loads(shown.group(1))
         assert_conformant(server.url)
         answers = sdk_answers(server.url, key="not-checked")
         assert answers["team"] == "engineering" and 0 <= answers["urgent"] <= 1 and 0 <= answers["anger"] <= 2
         assert_box_is_the_documented_422(server.url, key="not-checked")
 
 
+@pytest.mark.slow
 def test_a_tiny_prefix_bidir_checkpoint_with_auth_is_conformant(long_checkpoint: Path) -> None:
     with vllm_srun_serve(str(long_checkpoint), "--api-key-env", "VLLM_SR_TEST_KEY", env={"VLLM_SR_TEST_KEY": "sekrit"}) as server:
         assert "auth=True" in server.lines[0]
