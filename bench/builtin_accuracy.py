@@ -32,6 +32,7 @@ SEED_002_FULL = {
         "request": "Our export button fails with a 500 since this morning. Open a ticket.",
         "history": "How do I export my invoices as CSV?",
     },
+    "roles": {"request": "user", "history": "context"},
     "questions": {
         "team": {
             "type": "choice",
@@ -40,6 +41,7 @@ SEED_002_FULL = {
         },
         "urgent": {"type": "noul", "instructions": "Does the user report a problem that blocks their work?"},
     },
+    "options": {"deadline_ms": 1500},
 }
 
 
