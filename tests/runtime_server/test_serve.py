@@ -173,3 +173,29 @@ def test_a_tiny_prefix_bidir_checkpoint_with_auth_is_conformant(long_checkpoint:
         with TypeSafeClient(api_key="wrong", base_url=server.url) as client, pytest.raises(TypeSafeAuthenticationError) as caught:
             client.system_one(state="x", questions={"q": Noul(instructions="?")})
         assert caught.value.status == 401
+
+
+def test_the_listening_socket_turns_nagle_off_for_every_connection() -> None:
+    """Without TCP_NODELAY each keep-alive response waits ~40 ms for the client's delayed ACK."""
+    import asyncio
+
+    from sr_runtime.server.process import bind
+
+    async def accepted_nodelay() -> int:
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                seen.set_result(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        server = await asyncio.get_running_loop().create_server(Probe, sock=bind("127.0.0.1", 0))
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            return await asyncio.wait_for(seen, 10)
+        finally:
+            writer.close()
+            server.close()
+
+    assert asyncio.run(accepted_nodelay()) != 0
