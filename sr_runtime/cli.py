@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from sr_runtime.errors import CheckpointError, DecisionError
+from sr_runtime.errors import CheckpointError
 
 EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2
 

@@ -96,7 +96,7 @@ def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None) -
         if q.problem is not None:
             continue  # /v1/decisions: the codec answers it with its own reading problem
         try:
-            question = engine_question(q, card)
+            question = _engine_question(q, card)
             if media is not None:
                 raise _Refused(media)
         except _Refused as refused:
@@ -121,7 +121,7 @@ def _media_failure(r: Request, card: ModelCard) -> Failure | None:
     return Failure("invalid_input", "unsupported_media", f"this model reads {reads} only; the request carries {' and '.join(kinds)} assets")
 
 
-def engine_question(q: Question, card: ModelCard) -> EngineQuestion:
+def _engine_question(q: Question, card: ModelCard) -> EngineQuestion:
     """The engine's form of one IR question; _Refused when this model cannot take it."""
     if q.type not in card.question_types:
         types = ", ".join(card.question_types)

@@ -30,7 +30,7 @@ class ServedModel:
 
     def check(self, ir: Request | Batch) -> None:
         """UnknownModel for the first model name, batch or item, that is not this one."""
-        names = [ir.model] + [r.model for _, r in items(ir)] if isinstance(ir, Batch) else [ir.model]
+        names = [ir.model, *(r.model for _, r in items(ir))] if isinstance(ir, Batch) else [ir.model]
         for name in names:
             if name is not None and name != self.name and name not in ALIASES:
                 raise UnknownModel(name, self.name)

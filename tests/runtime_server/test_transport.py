@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 from sr_control.systemone.errors import MAX_BODY_BYTES
 from sr_runtime.server import ServerSettings
 
-from .conftest import CHOICE, NOUL, body, serving
+from .conftest import CHOICE, NOUL, SCHEMAS, body, serving
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
 
@@ -72,9 +72,9 @@ def test_multipart_parts_must_match_the_assets_that_claim_them(client: TestClien
     assert no_request.status_code == 422 and no_request.json()["detail"][0]["loc"] == ["body", "request"]
 
 
-@pytest.fixture(scope="module")
-def secured(checkpoint: Path) -> Iterator[TestClient]:
-    with serving(ServerSettings(str(checkpoint), api_key="sekrit")) as client:
+@pytest.fixture(scope="module", params=SCHEMAS)
+def secured(request: pytest.FixtureRequest, checkpoint: Path) -> Iterator[TestClient]:
+    with serving(ServerSettings(str(checkpoint), schema=request.param, api_key="sekrit")) as client:
         yield client
 
 
