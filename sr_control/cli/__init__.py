@@ -9,6 +9,7 @@ import typer
 from sr_control import __version__, log
 from sr_control.cli import config as config_cmd
 from sr_control.cli import schemas as schemas_cmd
+from sr_control.cli import serve as serve_cmd
 from sr_control.cli import systemone as systemone_cmd
 from sr_control.cli import xds as xds_cmd
 from sr_control.cli.errors import run
@@ -25,6 +26,7 @@ app.add_typer(config_cmd.app, name="config")
 app.add_typer(schemas_cmd.app, name="schemas")
 app.add_typer(systemone_cmd.app, name="systemone")
 app.add_typer(xds_cmd.app, name="xds")
+app.command(name="serve")(serve_cmd.serve)
 
 
 def _version(value: bool) -> None:

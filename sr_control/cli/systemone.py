@@ -16,7 +16,7 @@ from sr_control.systemone.jsontext import loads, plain
 from sr_control.systemone.listener import PATHS
 from sr_control.systemone.schemas import DEVIATIONS, UnknownSchemaError
 
-app = typer.Typer(help="Check System One requests the way a listener or a client codec reads them.", no_args_is_help=True)
+app = typer.Typer(help="Check requests as a listener or client codec would.", no_args_is_help=True)
 
 FileArg = Annotated[Path, typer.Argument(help="The request body (JSON); - reads standard input.", show_default=False)]
 

@@ -134,23 +134,24 @@ def loads(text: str | bytes) -> Json:
 
 
 def _refuse_lone_surrogates(value: Any) -> None:
-    for text in _strings(value):
+    for text in strings(value):
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
             raise JsonTextError("a string escapes a lone UTF-16 surrogate, which is not Unicode text", -1) from None
 
 
-def _strings(value: Any) -> Iterator[str]:
+def strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON value, member names included, in document order."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
         for name, item in value.items():
             yield name
-            yield from _strings(item)
+            yield from strings(item)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from _strings(item)
+            yield from strings(item)
 
 
 def _float_text(value: float, allow_nan: bool) -> str:

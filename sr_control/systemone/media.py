@@ -5,7 +5,7 @@ placeholders, then exactly one other element: read as that element, the media be
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -13,6 +13,7 @@ from sr_control.systemone.errors import loc_text
 from sr_control.systemone.found import Found, Loc, check_members
 from sr_control.systemone.generated import fields as F
 from sr_control.systemone.ir import Asset, Question
+from sr_control.systemone.jsontext import strings
 from sr_control.systemone.rules import Reading
 
 _IMG, _VID = "⟦img-{}⟧", "⟦vid-{}⟧"
@@ -107,20 +108,8 @@ def read_media_member(raw: Any, assets: Mapping[str, Asset], found: Found, loc: 
 
 def inline_media(state: Any, states: Any, questions: Mapping[str, Question], assets: Mapping[str, Asset]) -> tuple[str, ...]:
     """4.0 inline media that nothing refers to are read before the state, images then videos."""
-    texts = list(_strings(states if states is not None else state))
+    texts = list(strings(states if states is not None else state))
     for q in questions.values():
-        texts += _strings(q.instructions)
-        texts += _strings(q.criteria)
+        texts += strings(q.instructions)
+        texts += strings(q.criteria)
     return tuple(p for p in assets if not any(p in t for t in texts))
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for name, item in value.items():
-            yield name
-            yield from _strings(item)
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _strings(item)

@@ -1,0 +1,237 @@
+"""The local stack behind ``vllm-sr serve``: a runtime, the control plane and Envoy, supervised.
+
+    stack = Stack(StackOptions(state_dir=Path(".vllm-sr")))
+    stack.start()          # each part started in order and waited on until it is ready
+    stack.wait()           # until Ctrl-C / SIGTERM, or until a part dies
+    stack.stop()           # reverse order
+
+The runtime (``vllm-srun serve``) and Envoy are child processes in sessions of their own, so a
+Ctrl-C reaches this supervisor only, which then stops them in order. The control plane runs in
+this process. Each child writes its log to the state directory, and a part that fails to start
+or dies is reported with the end of its log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Callable
+
+from sr_control import log
+from sr_control.compiler import Address, Settings, bootstrap
+from sr_control.compiler.output import to_yaml
+from sr_control.compiler.protos import to_dict
+from sr_control.config import load as loader
+from sr_control.config.source import dump, parse
+from sr_control.xds import ControlPlane
+
+_log = log.get_logger("vllm_sr.stack")
+BIN = Path(sys.executable).parent
+
+
+class StackError(Exception):
+    """A part of the stack could not start, or died; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    runtime: int = 8100
+    listener: int = 8801  # the embedded config's listener; a given config keeps its own
+    xds: int = 18000
+    xds_status: int = 18001
+    sidecar: int = 18080
+    admin: int = 9901
+
+    def shifted(self, offset: int) -> Ports:
+        return Ports(*(p + offset for p in (self.runtime, self.listener, self.xds, self.xds_status, self.sidecar, self.admin)))
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    state_dir: Path
+    config: Path | None = None  # None: the embedded default (sr_control/defaults/local.yaml)
+    model: str = "default"
+    device: str = "cpu"
+    ports: Ports = Ports()
+    start_timeout: float = 180.0  # a cold model load on 2 cores takes a while
+
+
+def default_config(ports: Ports) -> str:
+    """The embedded default config with its runtime and listener ports set."""
+    text = resources.files("sr_control.defaults").joinpath("local.yaml").read_text(encoding="utf-8")
+    doc = parse(text, "local.yaml")
+    doc["deployments"]["local"]["endpoint"] = f"http://127.0.0.1:{ports.runtime}/v1/systemone"
+    doc["listeners"][0]["port"] = ports.listener
+    return dump(doc)
+
+
+@dataclass
+class _Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class Stack:
+    options: StackOptions
+    _children: list[_Child] = field(default_factory=list)
+    _plane: ControlPlane | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def config_path(self) -> Path:
+        return self.options.state_dir / "config.yaml"
+
+    def start(self) -> None:
+        opts = self.options
+        ports = opts.ports
+        opts.state_dir.mkdir(parents=True, exist_ok=True)
+        (opts.state_dir / "logs").mkdir(exist_ok=True)
+        for name, port in (("runtime", ports.runtime), ("control plane", ports.xds), ("control plane status", ports.xds_status), ("Envoy admin", ports.admin)):
+            _free(name, port)
+        if opts.config is None:
+            self.config_path.write_text(default_config(ports), encoding="utf-8")
+        elif opts.config.resolve() != self.config_path.resolve():
+            shutil.copyfile(opts.config, self.config_path)
+        config = loader.load(self.config_path)  # refuse a bad config before starting anything
+        for listener in config.listeners:
+            _free(f"listener {listener.name}", listener.port, listener.address)
+
+        self._spawn("runtime", [str(BIN / "vllm-srun"), "serve", opts.model, "--device", opts.device, "--host", "127.0.0.1", "--port", str(ports.runtime)])
+        self._wait("runtime", lambda: _health(f"http://127.0.0.1:{ports.runtime}/health"))
+
+        settings = Settings(
+            xds=Address("127.0.0.1", ports.xds), sidecar=Address("127.0.0.1", ports.sidecar), admin=Address("127.0.0.1", ports.admin)
+        )
+        self._plane = ControlPlane(self.config_path, settings, host="127.0.0.1", port=ports.xds, status_port=ports.xds_status)
+        self._plane.start()
+
+        boot = opts.state_dir / "bootstrap.yaml"
+        boot.write_text(to_yaml(to_dict(bootstrap(settings))), encoding="utf-8")
+        envoy = shutil.which("envoy", path=str(BIN)) or "envoy"
+        self._spawn("envoy", [envoy, "-c", str(boot), "--base-id", str(ports.admin), "--log-level", "warn"])
+        self._wait("envoy", lambda: _get(f"http://127.0.0.1:{ports.admin}/ready") == 200)
+        self._wait("envoy listeners", lambda: _listeners_live(ports.admin, len(config.listeners)))
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        path = self.options.state_dir / "logs" / f"{name}.log"
+        out = path.open("wb")
+        _log.info("starting", part=name, log=str(path))
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        out.close()
+        self._children.append(_Child(name, process, path))
+
+    def _wait(self, name: str, ready: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + self.options.start_timeout
+        while time.monotonic() < deadline and not self._stop.is_set():
+            for child in self._children:
+                if child.process.poll() is not None:
+                    raise StackError(f"{child.name} exited with code {child.process.returncode} while starting; its log ({child.log}) ends:\n{child.tail()}")
+            if ready():
+                _log.info("ready", part=name)
+                return
+            time.sleep(0.1)
+        if self._stop.is_set():
+            raise StackError("stopped while starting")
+        raise StackError(f"{name} was not ready after {self.options.start_timeout:.0f} s")
+
+    def wait(self) -> int:
+        """Block until asked to stop (0) or until a child dies (1)."""
+        while not self._stop.wait(0.2):
+            for child in self._children:
+                if child.process.poll() is not None:
+                    _log.error("part died", part=child.name, code=child.process.returncode, log=str(child.log))
+                    sys.stderr.write(child.tail() + "\n")
+                    return 1
+        return 0
+
+    def request_stop(self, *_: object) -> None:
+        self._stop.set()
+
+    def stop(self) -> None:
+        for child in reversed(self._children):
+            if child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+        for child in reversed(self._children):
+            try:
+                child.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.process.kill()
+                child.process.wait()
+        if self._plane is not None:
+            self._plane.stop()
+            self._plane = None
+        self._children.clear()
+
+    def summary(self) -> list[tuple[str, str]]:
+        ports = self.options.ports
+        config = loader.load(self.config_path)
+        rows = [("runtime", f"http://127.0.0.1:{ports.runtime}  (model {self.options.model}; POST /v1/systemone, GET /v1/models)")]
+        for listener in config.listeners:
+            host = "127.0.0.1" if listener.address in ("0.0.0.0", "::") else listener.address
+            rows.append((f"listener {listener.name}", f"http://{host}:{listener.port}"))
+        rows += [
+            ("control plane", f"127.0.0.1:{ports.xds} (ADS), http://127.0.0.1:{ports.xds_status}/status"),
+            ("envoy admin", f"http://127.0.0.1:{ports.admin}"),
+            ("config", f"{self.config_path}  (edits go live)"),
+            ("logs", f"{self.options.state_dir / 'logs'}"),
+        ]
+        return rows
+
+
+def _free(name: str, port: int, host: str = "127.0.0.1") -> None:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            raise StackError(f"port {port} for the {name} is taken (another vllm-sr serve? use --port-offset)") from None
+
+
+def _get(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0
+
+
+def _health(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as reply:
+            body = json.loads(reply.read() or b"{}")
+    except (OSError, ValueError):
+        return False
+    return bool(body.get("ready", body.get("status") == "ready"))
+
+
+def _listeners_live(admin: int, expected: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/listeners?format=json", timeout=1) as reply:
+            live = json.loads(reply.read()).get("listener_statuses", [])
+    except (OSError, ValueError):
+        return False
+    return len(live) >= expected
+
+
+__all__ = ["Ports", "Stack", "StackError", "StackOptions", "default_config"]
