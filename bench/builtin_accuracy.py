@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sr_runtime.loader import load_engine
-from sr_runtime.request import read_request, response_json
+from sr_runtime.request import read_request
 
 DATA = Path(__file__).with_name("data") / "labelled.jsonl"
 SEED_002_CURL = {
@@ -32,6 +32,7 @@ SEED_002_FULL = {
         "request": "Our export button fails with a 500 since this morning. Open a ticket.",
         "history": "How do I export my invoices as CSV?",
     },
+    "roles": {"request": "user", "history": "context"},
     "questions": {
         "team": {
             "type": "choice",
@@ -40,6 +41,7 @@ SEED_002_FULL = {
         },
         "urgent": {"type": "noul", "instructions": "Does the user report a problem that blocks their work?"},
     },
+    "options": {"deadline_ms": 1500},
 }
 
 
@@ -96,7 +98,7 @@ def evaluate(name: str, device: str, rows: list[dict[str, Any]], base: dict[str,
         start = time.perf_counter()
         result = engine.answer_batch([parsed.request])[0]
         took = time.perf_counter() - start
-        answers = response_json(engine.name, parsed.ids, result)["answers"]
+        answers = parsed.response(engine.name, result)["answers"]
         print(f"\n{label} ({took * 1000:.0f} ms): `{json.dumps(answers, ensure_ascii=False)}`")
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from sr_runtime.errors import CheckpointError, DecisionError
+from sr_runtime.errors import CheckpointError
 
 EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2
 
@@ -39,49 +39,104 @@ def _fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _read_json(path: Path) -> object:
+def _read_request(path: Path) -> bytes:
+    """The request file's bytes; exit 2 when it cannot be read or is not JSON at all."""
     try:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
-        return json.loads(text)
+        data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+        json.loads(data)
     except OSError as exc:
         raise _fail(f"{path}: cannot read: {exc.strerror}", EXIT_UNUSABLE) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise _fail(f"{path}: not JSON: {exc}", EXIT_UNUSABLE) from None
+    return data
+
+
+def _echo_json(body: bytes) -> None:
+    typer.echo(json.dumps(json.loads(body), ensure_ascii=False, indent=2))
+
+
+Schema = Annotated[
+    str, typer.Option("--systemone-schema", help="The request schema: vllm-sr/5.0, vllm-sr/4.0 or systemone/0.2 (strict standard).")
+]
 
 
 @app.command()
 def answer(
     model: Annotated[str, typer.Argument(help="A checkpoint folder, or a built-in: default, smollm2-135m.", show_default=False)],
-    request: Annotated[Path, typer.Argument(help="A systemone/0.2 request as JSON ('-' reads stdin).", show_default=False)],
+    request: Annotated[Path, typer.Argument(help="A System One request as JSON ('-' reads stdin).", show_default=False)],
     device: Annotated[str, typer.Option(help="Where the model runs: cpu, cuda, cuda:1 ...")] = "cpu",
     reference: Annotated[bool, typer.Option("--reference", help="Run each question as one whole forward with a dense mask and no cache.")] = False,
     no_state_cache: Annotated[bool, typer.Option("--no-state-cache", help="Keep no states across requests (each request still computes its state once).")] = False,
     max_model_len: Annotated[Optional[int], typer.Option(help="Longest prompt in tokens (default: the checkpoint's validated_length, else max_length).")] = None,
+    systemone_schema: Schema = "vllm-sr/5.0",
 ) -> None:
-    """Answer a System One request offline and print the standard response.
+    """Answer one System One request offline and print the response.
 
-    Exit 0 with the response on stdout; 1 with the standard error body on stdout when the
-    request is invalid or a question cannot be answered; 2 when MODEL or REQUEST is unusable.
+    The request is read and answered exactly as `vllm-srun serve` would. Exit 0 with the
+    response on stdout; 1 with the error body on stdout when the request is invalid or a
+    question cannot be answered; 2 when MODEL or REQUEST is unusable.
     """
+    from sr_control.systemone import REGISTRY, ProtocolError
+    from sr_control.systemone.schemas import UnknownSchemaError
     from sr_runtime.loader import load_engine
-    from sr_runtime.request import error_json, first_error, read_request, response_json
+    from sr_runtime.request import answer as answer_request
+    from sr_runtime.request import read
 
-    body = _read_json(request)
     try:
-        parsed = read_request(body)
-    except DecisionError as exc:
-        typer.echo(json.dumps(error_json(None, exc), ensure_ascii=False, indent=2))
-        raise _fail(f"{request}: {exc}", EXIT_INVALID) from None
+        codec = REGISTRY.listener(systemone_schema)
+    except UnknownSchemaError as exc:
+        raise _fail(f"--systemone-schema: {exc}", EXIT_UNUSABLE) from None
+    body = _read_request(request)
+    try:
+        req = read(body, systemone_schema)
+    except ProtocolError as exc:
+        _echo_json(codec.answer_error(exc).body)
+        raise _fail(f"{request}: {exc.info.status} {exc.info.code}: {exc.info.message}", EXIT_INVALID) from None
     engine = load_engine(
         model, device=device, max_model_len=max_model_len, reference=reference, state_cache=not no_state_cache
     )
-    result = engine.answer_batch([parsed.request])[0]
-    failed = first_error(parsed.ids, result)
-    if failed is not None:
-        qid, error = failed
-        typer.echo(json.dumps(error_json(qid, error), ensure_ascii=False, indent=2))
-        raise _fail(f"question {qid!r} cannot be answered: {error.message} ({error.code})", EXIT_INVALID)
-    typer.echo(json.dumps(response_json(engine.name, parsed.ids, result), ensure_ascii=False, indent=2))
+    try:
+        _echo_json(answer_request(engine, req))
+    except ProtocolError as exc:
+        _echo_json(codec.answer_error(exc, req).body)
+        raise _fail(f"{request}: {exc.info.status} {exc.info.code}: {exc.info.message}", EXIT_INVALID) from None
+
+
+@app.command()
+def serve(
+    model: Annotated[str, typer.Argument(help="A checkpoint folder, or a built-in: default, smollm2-135m.", show_default=False)],
+    device: Annotated[str, typer.Option(help="Where the model runs: cpu, cuda, cuda:1 ...")] = "cpu",
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port, printed at start).")] = 8100,
+    systemone_schema: Annotated[
+        str, typer.Option("--systemone-schema", help="What clients speak: vllm-sr/5.0, vllm-sr/4.0 (also 4.0 clients) or systemone/0.2 (the bare standard).")
+    ] = "vllm-sr/5.0",
+    max_model_len: Annotated[Optional[int], typer.Option(help="Longest prompt in tokens (default: the checkpoint's validated_length, else max_length).")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option(help="Turn auth on: the environment variable holding the API key.")] = None,
+    max_batch_tokens: Annotated[int, typer.Option(help="Token budget of one engine pass; concurrent requests share passes up to it.")] = 16384,
+    state_cache_mb: Annotated[int, typer.Option(help="Memory for states reused across requests (0: none).")] = 512,
+    max_queue: Annotated[int, typer.Option(help="Requests that may wait for the model; beyond it, 529 with Retry-After.")] = 256,
+) -> None:
+    """Serve MODEL over the System One API until interrupted.
+
+    POST /v1/systemone, /v1/systemone/batch and /v1/decisions; GET /v1/models, /health and
+    /metrics. The model loads in the background: until it is ready, /health and the System One
+    endpoints answer 503 with Retry-After. Exit 2 when MODEL, a flag or the port cannot be
+    used, or the model fails to load.
+    """
+    from sr_control import log
+    from sr_runtime.server import ServerSettings, SettingsError
+    from sr_runtime.server.process import api_key
+    from sr_runtime.server.process import serve as run
+
+    log.configure()
+    try:
+        settings = ServerSettings(
+            model, device, host, port, systemone_schema, max_model_len, api_key(api_key_env), max_batch_tokens, state_cache_mb, max_queue
+        )
+    except SettingsError as exc:
+        raise _fail(str(exc), EXIT_UNUSABLE) from None
+    raise typer.Exit(run(settings))
 
 
 @checkpoint_app.command("create")

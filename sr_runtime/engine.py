@@ -93,6 +93,9 @@ class Engine:
         self.readout = readout
         self.layout = LAYOUTS[config.prompt_layout]
         self.max_length = resolve_max_length(config, max_model_len)
+        # Past the validated length only with the client's long-context opt-in (seed 002): it
+        # matters when the operator raised --max-model-len above validated_length.
+        self.validated_length = min(config.validated_length or self.max_length, self.max_length)
         self.token_budget = token_budget
         self.state_cache = StateCache(state_cache_bytes)
         self.reference = reference
@@ -171,9 +174,11 @@ class Engine:
                 slots[q] = QuestionError.of(exc)
             return []
         rows = []
+        limit = self.max_length if request.long_context else self.validated_length
         for q, prompt in zip(ready, prompts):
-            if len(prompt) > self.max_length:
-                slots[q] = QuestionError.of(MaxLengthExceeded(len(prompt), self.max_length))
+            if len(prompt) > limit:
+                beyond = self.max_length if limit < self.max_length else None
+                slots[q] = QuestionError.of(MaxLengthExceeded(len(prompt), limit, beyond))
             else:
                 rows.append(_Row(index, q, prompt, state_key(prompt.state)))
         return rows

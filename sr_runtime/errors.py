@@ -40,8 +40,15 @@ class MaxLengthExceeded(DecisionError):
 
     code = "max_length_exceeded"
 
-    def __init__(self, tokens: int, limit: int) -> None:
-        super().__init__(f"the prompt is {tokens} tokens, longer than the model's maximum length {limit}")
+    def __init__(self, tokens: int, limit: int, long_context_limit: int | None = None) -> None:
+        if long_context_limit is None:
+            message = f"the prompt is {tokens} tokens, longer than the model's maximum length {limit}"
+        else:
+            message = (
+                f"the prompt is {tokens} tokens, longer than the length the model was validated at ({limit}); "
+                f"send the header TypeSafe-Danger-Zone-Long-Context: true to read up to {long_context_limit}"
+            )
+        super().__init__(message)
         self.tokens = tokens
         self.limit = limit
 

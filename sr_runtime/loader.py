@@ -23,6 +23,26 @@ def check_device(device: str) -> None:
         raise CheckpointError(f"unsupported device {device!r} (cpu, cuda, cuda:N)")
 
 
+def check_model(model: str, max_model_len: int | None = None) -> str:
+    """MODEL's served name (the built-in's, or the folder's) after the checks that load no weights."""
+    if model in BUILTINS:
+        return model
+    path = Path(model)
+    if not path.is_dir():
+        raise CheckpointError(
+            f"unknown model {model!r}: not a folder, and not a built-in ({', '.join(BUILTINS)}); "
+            "give a built-in name or the path of a checkpoint folder"
+        )
+    from sr_runtime.checkpoint import read_checkpoint
+
+    checkpoint = read_checkpoint(path)
+    if max_model_len is not None:
+        from sr_runtime.engine import resolve_max_length
+
+        resolve_max_length(checkpoint.config, max_model_len)
+    return path.name
+
+
 def load_engine(
     model: str,
     *,
@@ -30,12 +50,16 @@ def load_engine(
     max_model_len: int | None = None,
     reference: bool = False,
     state_cache: bool = True,
+    state_cache_bytes: int | None = None,
+    token_budget: int | None = None,
 ) -> DecisionEngine:
     """Load MODEL; CheckpointError (one line) if it is neither a built-in nor a usable folder."""
-    from sr_runtime.engine import DEFAULT_STATE_CACHE_BYTES, Engine
+    from sr_runtime.engine import DEFAULT_STATE_CACHE_BYTES, DEFAULT_TOKEN_BUDGET, Engine
 
     check_device(device)
-    cache_bytes = DEFAULT_STATE_CACHE_BYTES if state_cache else 0
+    name = check_model(model)
+    cache_bytes = (DEFAULT_STATE_CACHE_BYTES if state_cache_bytes is None else state_cache_bytes) if state_cache else 0
+    options = {"state_cache_bytes": cache_bytes, "token_budget": token_budget or DEFAULT_TOKEN_BUDGET}
     if model == "default":
         from sr_runtime.builtins.embedding import EmbeddingEngine
 
@@ -51,13 +75,8 @@ def load_engine(
             device=device,
             max_model_len=max_model_len,
             reference=reference,
-            state_cache_bytes=cache_bytes,
             description="SmolLM2-135M-Instruct, zero-shot: LM head rows of option letters, causal",
             strengths=smollm2.STRENGTHS,
+            **options,
         )
-    path = Path(model)
-    if not path.exists():
-        raise CheckpointError(f"unknown model {model!r}: not a folder, and not a built-in ({', '.join(BUILTINS)})")
-    return Engine.load(
-        path, device=device, max_model_len=max_model_len, reference=reference, state_cache_bytes=cache_bytes
-    )
+    return Engine.load(Path(model), name=name, device=device, max_model_len=max_model_len, reference=reference, **options)

@@ -7,6 +7,7 @@ prompt, so the caller keeps them beside the answers, which come back in question
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeAlias, Union
 
@@ -78,11 +79,18 @@ def coded_options(question: Question) -> tuple[Option, ...]:
 
 @dataclass(frozen=True, slots=True)
 class DecisionRequest:
-    """One state and its questions. `state_tokens` is a caller-given state block size (an int)."""
+    """One state and its questions. `state_tokens` is a caller-given state block size (an int).
+
+    `roles` maps keys of an object state to `user`, `context` or `answer` (seed 002); each family
+    reads them its own way, and None means the whole state is the user's. `long_context` is the
+    client's opt-in to prompts longer than the length the model was validated at.
+    """
 
     state: Text
     questions: tuple[Question, ...]
     state_tokens: int | None = None
+    roles: Mapping[str, str] | None = None
+    long_context: bool = False
 
 
 @dataclass(frozen=True, slots=True)

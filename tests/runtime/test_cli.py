@@ -37,9 +37,9 @@ def request_file(tmp_path: Path) -> Path:
 def test_help_lists_the_commands() -> None:
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
-    assert "answer" in result.output and "checkpoint" in result.output
+    assert "answer" in result.output and "checkpoint" in result.output and "serve" in result.output
     answer_help = runner.invoke(app, ["answer", "--help"]).output
-    for flag in ("--device", "--reference", "--no-state-cache", "--max-model-len"):
+    for flag in ("--device", "--reference", "--no-state-cache", "--max-model-len", "--systemone-schema"):
         assert flag in answer_help
 
 
@@ -62,21 +62,23 @@ def test_answer_prints_the_standard_response_and_reference_agrees(
 
 
 def test_an_unanswerable_question_exits_1_with_the_error_body(checkpoints: dict[str, Path], tmp_path: Path) -> None:
-    body = {"state": SEED_002_STATE, "questions": {"ok": REQUEST["questions"]["urgent"], "wide": {"type": "score", "criteria": [str(i) for i in range(11)]}}}
+    body = {"state": SEED_002_STATE, "questions": {"ok": REQUEST["questions"]["urgent"], "dog": {"type": "box", "instructions": "the dog"}}}
     path = tmp_path / "r.json"
     path.write_text(json.dumps(body))
     result = runner.invoke(app, ["answer", str(checkpoints["llama-causal"]), str(path)])
     assert result.exit_code == 1
     error = json.loads(result.stdout)
-    assert (error["code"], error["question"], error["reason"]) == ("question_failed", "wide", "invalid_question")
-    assert "question 'wide' cannot be answered" in result.stderr
+    assert (error["code"], error["question"], error["reason"]) == ("question_failed", "dog", "unsupported_question_type")
+    assert error["detail"][0]["type"] == "invalid_question"
+    assert '422 question_failed: question "dog" cannot be answered: this model answers noul, choice, score questions, not box' in result.stderr
 
 
 def test_an_invalid_request_exits_1_and_an_unreadable_one_exits_2(checkpoints: dict[str, Path], tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"state": "s", "questions": {}}))
     result = runner.invoke(app, ["answer", str(checkpoints["llama-causal"]), str(bad)])
-    assert result.exit_code == 1 and 'needs "questions"' in result.stderr
+    assert result.exit_code == 1 and "422 invalid_request: questions: " in result.stderr
+    assert json.loads(result.stdout)["detail"][0]["loc"] == ["body", "questions"]
     garbled = tmp_path / "garbled.json"
     garbled.write_text("{nope")
     result = runner.invoke(app, ["answer", str(checkpoints["llama-causal"]), str(garbled)])

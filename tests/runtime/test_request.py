@@ -1,4 +1,4 @@
-"""The minimal systemone/0.2 reader and the standard response writer used by `vllm-srun answer`."""
+"""One request read by the protocol layer's codec into the engine's types, and answered back."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from sr_runtime.errors import InvalidInput, InvalidQuestion
-from sr_runtime.request import error_json, read_request, response_json
+from sr_control.systemone import ProtocolError
+from sr_runtime.request import read_request
 from sr_runtime.types import (
     ChoiceAnswer,
     ChoiceQuestion,
@@ -39,7 +39,7 @@ SEED_002 = {
 }
 
 
-def test_seed_002s_request_reads_in_order_and_ignores_unknown_top_level_members() -> None:
+def test_seed_002s_request_reads_in_order_with_its_roles() -> None:
     parsed = read_request(SEED_002)
     assert parsed.model == "vllm-sr/vela3-fast"
     assert parsed.ids == ("team", "urgent")
@@ -47,6 +47,13 @@ def test_seed_002s_request_reads_in_order_and_ignores_unknown_top_level_members(
     assert isinstance(team, ChoiceQuestion) and [name for name, _ in team.options] == ["billing", "engineering", "other"]
     assert urgent == NoulQuestion("Does the user report a problem that blocks their work?")
     assert parsed.request.state == SEED_002["state"]
+    assert parsed.request.roles == {"request": "user", "history": "context"}
+
+
+def test_without_roles_the_whole_state_is_the_users() -> None:
+    parsed = read_request({"state": {"a": "x", "b": 1.50}, "questions": {"q": {"type": "noul"}}})
+    assert parsed.request.roles is None
+    assert parsed.request.state == {"a": "x", "b": 1.5}  # plain values: read as a Python server reads them
 
 
 def test_criteria_forms_the_standard_allows() -> None:
@@ -68,31 +75,31 @@ def _question(**fields: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("body", "error", "message"),
+    ("body", "status", "code", "message"),
     [
-        ([], InvalidInput, "the request must be a JSON object"),
-        ({"questions": {"q": {"type": "noul"}}}, InvalidInput, 'the request needs a "state"'),
-        ({"state": None, "questions": {"q": {"type": "noul"}}}, InvalidInput, 'the request needs a "state"'),
-        ({"state": 3, "questions": {"q": {"type": "noul"}}}, InvalidInput, '"state" must be text'),
-        ({"state": "s"}, InvalidInput, 'the request needs "questions"'),
-        ({"state": "s", "questions": {}}, InvalidInput, 'the request needs "questions"'),
-        ({"state": "s", "questions": {"q": {"type": "noul"}}, "assets": {"<image:1>": {}}}, InvalidInput, "reads text only"),
-        (_question(instructions="x"), InvalidQuestion, "question 'q': unknown type None"),
-        (_question(type="boolean"), InvalidQuestion, "question 'q': unknown type 'boolean'"),
-        (_question(type="box", instructions="dog"), InvalidQuestion, "question 'q': type 'box' is not answered by this runtime"),
-        (_question(type="choice", criteria={}), InvalidQuestion, "choice criteria must be a non-empty object"),
-        (_question(type="score", criteria={"0": "low", "1": "high"}), InvalidQuestion, "the map form is not accepted"),
-        (_question(type="score", criteria=["low", None]), InvalidQuestion, "never null"),
-        (_question(type="noul", criteria={"maybe": "x"}), InvalidQuestion, 'noul criteria must be an object with "true"'),
-        (_question(type="noul", preset="pii"), InvalidQuestion, "question 'q': unknown member 'preset'"),
+        ({"questions": {"q": {"type": "noul"}}}, 422, "invalid_request", "state: Field required"),
+        ({"state": None, "questions": {"q": {"type": "noul"}}}, 422, "invalid_request", "state"),
+        ({"state": "s", "questions": {}}, 422, "invalid_request", "questions"),
+        (_question(type="boolean"), 422, "invalid_request", "does not match any of the expected tags"),
+        (_question(type="choice", criteria={}), 422, "invalid_request", "criteria"),
+        (_question(type="score", criteria={"0": "low", "1": "high"}), 422, "invalid_request", "the map form is not accepted"),
+        ({"state": "s", "questions": {"q": {"type": "noul"}}, "x_trace": 1}, 400, "invalid_request", "does not define this member: x_trace"),
+        (_question(type="box", instructions="dog"), 422, "question_failed", "this model answers noul, choice, score questions, not box"),
     ],
 )
-def test_malformed_requests_are_refused_with_a_named_reason(body: Any, error: type, message: str) -> None:
-    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+def test_malformed_requests_get_the_error_a_client_would(body: Any, status: int, code: str, message: str) -> None:
+    with pytest.raises(ProtocolError) as caught:
         read_request(body)
+    assert (caught.value.info.status, caught.value.info.code) == (status, code)
+    assert message in caught.value.info.message
 
 
 def test_the_response_is_the_standard_envelope() -> None:
+    parsed = read_request({"state": "s", "questions": {
+        "team": {"type": "choice", "criteria": {"a": None, "b": None}},
+        "urgent": {"type": "noul"},
+        "anger": {"type": "score", "criteria": ["low", "mid", "high"]},
+    }})
     result = Result(
         (
             ChoiceAnswer("b", (("a", 0.25), ("b", 0.75)), 0.5),
@@ -101,7 +108,7 @@ def test_the_response_is_the_standard_envelope() -> None:
         ),
         Usage(input_tokens=212),
     )
-    assert response_json("m", ("team", "urgent", "anger"), result) == {
+    assert parsed.response("m", result) == {
         "model": "m",
         "answers": {
             "team": {"type": "choice", "choice": "b", "probabilities": {"a": 0.25, "b": 0.75}, "confidence": 0.5},
@@ -116,8 +123,10 @@ def test_the_response_is_the_standard_envelope() -> None:
 
 
 def test_a_question_error_names_the_question() -> None:
-    body = error_json("team", QuestionError("max_length_exceeded", "too long"))
-    assert body == {
-        "detail": [{"loc": ["body", "questions", "team"], "msg": "too long", "type": "max_length_exceeded"}],
-        "code": "question_failed", "question": "team", "reason": "max_length_exceeded",
-    }
+    parsed = read_request({"state": "s", "questions": {"ok": {"type": "noul"}, "team": {"type": "noul"}}})
+    result = Result((NoulAnswer(0.5), QuestionError("max_length_exceeded", "too long")), Usage())
+    with pytest.raises(ProtocolError) as caught:
+        parsed.response("m", result)
+    info = caught.value.info
+    assert (info.status, info.code, info.question, info.reason) == (400, "question_failed", "team", "max_length_exceeded")
+    assert info.message == 'question "team" cannot be answered: too long'

@@ -1,0 +1,166 @@
+"""`vllm-srun serve` under closed-loop load: throughput and p50/p99 latency at 1, 8 and 32 clients.
+
+A tiny checkpoint (created here) is served by `vllm-srun serve` as its own process, once with
+the state cache (states reused across requests) and once with `--state-cache-mb 0`. Each client
+sends a request, waits for its answer, and sends the next: 4 questions about one of a few
+support tickets (a state of about --state-tokens tokens), so later requests can reuse a state.
+Prints figures and ratios; it never fails on time.
+
+    .venv/bin/python bench/runtime_server.py [--preset llama-prefix-bidir] [--clients 1,8,32]
+        [--seconds 5] [--states 8] [--state-tokens 512] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from sr_runtime.presets import CORPUS, create
+
+VLLM_SRUN = str(Path(sys.executable).with_name("vllm-srun"))
+QUESTIONS = {
+    "urgent": {"type": "noul", "instructions": "Does the user report a problem that blocks their work?"},
+    "team": {"type": "choice", "instructions": "Which team should handle this?", "criteria": {"billing": "Payments", "engineering": "Outages and bugs", "other": None}},
+    "anger": {"type": "score", "instructions": "How angry is the customer?", "criteria": ["calm", "annoyed", "angry", "furious"]},
+    "refund": {"type": "noul", "instructions": "Does the customer ask for money back?"},
+}
+
+
+def states(n: int, words: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    vocabulary = CORPUS.split()
+    return [" ".join(rng.choice(vocabulary) for _ in range(words)) for _ in range(n)]
+
+
+class Server:
+    """`vllm-srun serve` on a free port, stopped on exit."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([VLLM_SRUN, "serve", *args, "--port", "0"], stderr=subprocess.PIPE, text=True)
+        self.url = ""
+        for line in self.proc.stderr or ():
+            if " url=" in line:
+                self.url = line.split(" url=", 1)[1].split()[0]
+                break
+        if not self.url:
+            raise SystemExit(f"vllm-srun serve did not start (exit {self.proc.wait()})")
+        while httpx.get(self.url + "/health").status_code != 200:
+            time.sleep(0.1)
+
+    def metric(self, name: str) -> float:
+        for line in httpx.get(self.url + "/metrics").text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return 0.0
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+class Connection:
+    """A keep-alive HTTP/1.1 client on asyncio streams: light enough that on a small machine the
+    load generator does not take the CPU the server is being measured on (httpx takes ~1 core)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, url: str) -> Connection:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        return cls(*await asyncio.open_connection(host, int(port)))
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        head = f"POST {path} HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        self.writer.write(head.encode() + body)
+        status_line, *headers = (await self.reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+        length = next(int(h.split(":", 1)[1]) for h in headers if h.lower().startswith("content-length:"))
+        return int(status_line.split()[1]), await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def load(url: str, clients: int, seconds: float, pool: list[str]) -> tuple[int, list[float]]:
+    """Closed loop: each client sends its next request when the last one is answered."""
+    bodies = [json.dumps({"state": state, "questions": QUESTIONS}).encode() for state in pool]
+    latencies: list[float] = []
+    end = time.perf_counter() + seconds
+
+    async def client(i: int, conn: Connection) -> None:
+        rng = random.Random(i)
+        while time.perf_counter() < end:
+            start = time.perf_counter()
+            status, answer = await conn.post("/v1/systemone", rng.choice(bodies))
+            latencies.append(time.perf_counter() - start)
+            assert status == 200, answer
+
+    connections = [await Connection.open(url) for _ in range(clients)]
+    await connections[0].post("/v1/systemone", bodies[0])  # warm up
+    started = time.perf_counter()
+    await asyncio.gather(*(client(i, conn) for i, conn in enumerate(connections)))
+    elapsed = time.perf_counter() - started
+    for conn in connections:
+        conn.close()
+    return round(len(latencies) / elapsed), latencies
+
+
+def percentile(values: list[float], p: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1] if len(values) > 1 else values[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="llama-prefix-bidir")
+    parser.add_argument("--clients", default="1,8,32")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--states", type=int, default=8)
+    parser.add_argument("--state-words", type=int, default=120, help="words per state (about 4 tokens each in the tiny tokenizer)")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    counts = [int(c) for c in args.clients.split(",")]
+    pool = states(args.states, args.state_words)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = create(Path(tmp) / args.preset, args.preset, seed=0)
+        print(f"# vllm-srun serve {args.preset} --device {args.device}: {len(QUESTIONS)} questions a request, "
+              f"{args.states} distinct states of {args.state_words} words, {args.seconds:.0f} s per row, {os.cpu_count()} CPUs\n")
+        print("| state reuse | clients | req/s | p50 ms | p99 ms | requests per engine call | states computed per request |")
+        print("|---|---|---|---|---|---|---|")
+        rates: dict[tuple[str, int], int] = {}
+        for reuse, cache_mb in (("on", "512"), ("off", "0")):
+            with Server(str(folder), "--device", args.device, "--state-cache-mb", cache_mb) as server:
+                for clients in counts:
+                    calls = server.metric("vsr_runtime_pass_requests_count")
+                    answered = server.metric("vsr_runtime_pass_requests_sum")
+                    misses = server.metric("vsr_runtime_state_cache_misses_total")
+                    rate, latencies = asyncio.run(load(server.url, clients, args.seconds, pool))
+                    per_call = (server.metric("vsr_runtime_pass_requests_sum") - answered) / max(1.0, server.metric("vsr_runtime_pass_requests_count") - calls)
+                    # A state is computed on a cache miss; requests of one engine call share it anyway.
+                    computed = (server.metric("vsr_runtime_state_cache_misses_total") - misses) / max(1, len(latencies))
+                    rates[(reuse, clients)] = rate
+                    print(f"| {reuse} | {clients} | {rate} | {percentile(latencies, 50) * 1000:.1f} | {percentile(latencies, 99) * 1000:.1f} "
+                          f"| {per_call:.1f} | {computed:.2f} |")
+        print()
+        top = max(counts)
+        for reuse in ("on", "off"):
+            print(f"state reuse {reuse}: throughput at {top} clients / at 1 client = {rates[(reuse, top)] / rates[(reuse, 1)]:.2f}")
+        for clients in counts:
+            print(f"{clients} clients: throughput with state reuse / without = {rates[('on', clients)] / rates[('off', clients)]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

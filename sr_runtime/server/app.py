@@ -1,0 +1,232 @@
+"""The runtime's HTTP server: a Starlette app whose routes are a declared list.
+
+    POST /v1/systemone          one request; the first unanswerable question fails it
+    POST /v1/systemone/batch    named requests, each answered as if sent alone
+    POST /v1/decisions          the internal form: failed questions carry their own error in a 200
+    GET  /v1/models             the served model with its version, features and card
+    GET  /health                api_version 5.0.0 and readiness (503 while the model loads)
+    GET  /metrics               Prometheus
+
+A System One request goes: API key -> body (size, zstd, multipart) -> the listener codec's
+``read`` -> the served model's checks -> ``bridge.to_engine`` -> the scheduler -> ``to_reply``
+-> the codec's ``answer_success``. Every error on the way becomes an answer in one place
+(``errors.error_answer``), so the runtime and the sidecar write the same bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sr_control.systemone import ClientRequest, DeadlineExceeded, HttpAnswer, NotServed
+from sr_control.systemone.generated.runtime_fields import RUNTIME_CONTRACT
+from sr_runtime.server.auth import check_key
+from sr_runtime.server.body import check_parts, read_body
+from sr_runtime.server.bridge import EnginePlan, to_engine, to_reply
+from sr_runtime.server.errors import RETRY_AFTER_S, MethodNotAllowed, error_answer
+from sr_runtime.server.runtime import Loader, Runtime, Status
+from sr_runtime.server.scheduler import Outcome, Scheduler
+from sr_runtime.server.served import folder_date, model_folder
+from sr_runtime.server.settings import ServerSettings
+from sr_runtime.types import DecisionEngine
+
+REQUEST_ID = "x-typesafe-request-id"
+
+
+def _send(answer: HttpAnswer) -> Response:
+    return Response(answer.body, answer.status, headers=dict(answer.headers))
+
+
+def _runtime(request: HttpRequest) -> Runtime:
+    return request.state.runtime  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------------------- endpoints
+
+
+async def answer(request: HttpRequest) -> Response:
+    """The three System One endpoints: the codec knows which one a path is."""
+    rt = _runtime(request)
+    arrived = time.monotonic()
+    req: ClientRequest | None = None
+    try:
+        check_key(rt.settings.api_key, request.headers)
+        body = await read_body(request)
+        req = rt.codec.read(request.url.path, body.json, request.headers.items())
+        if body.multipart:
+            check_parts(req.ir, body)
+        model, scheduler = rt.ready()
+        model.check(req.ir)
+        plan = to_engine(req.ir, model.card)
+        outcome = await _answered(scheduler, plan, req.ir.deadline_ms, arrived)
+        meta = _meta(outcome) if (req.ir.options or {}).get("return_meta") is True else None
+        reply = to_reply(plan, outcome.results if outcome else [], model.name, meta)
+        return Response(rt.codec.answer_success(req, reply), 200, media_type="application/json")
+    except Exception as exc:  # noqa: BLE001 - every error is answered, in one place
+        return _send(error_answer(rt.codec, exc, req))
+
+
+async def _answered(scheduler: Scheduler, plan: EnginePlan, deadline_ms: int | None, arrived: float) -> Outcome | None:
+    if not plan.requests:
+        return None
+    deadline = None if deadline_ms is None else arrived + deadline_ms / 1000
+    job = scheduler.submit(plan.requests, deadline)
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(job), None if deadline is None else max(0.0, deadline - time.monotonic()))
+    except TimeoutError:
+        raise DeadlineExceeded(f"options.deadline_ms ({deadline_ms} ms) passed before the model answered", reason="deadline_exceeded") from None
+
+
+def _meta(outcome: Outcome | None) -> dict[str, Any]:
+    if outcome is None:
+        return {"meta": {"queue_ms": 0.0, "inference_ms": 0.0, "batched_requests": 0}}
+    return {
+        "meta": {
+            "queue_ms": round(outcome.queue_s * 1000, 3),
+            "inference_ms": round(outcome.inference_s * 1000, 3),
+            "batched_requests": outcome.round_requests,
+        }
+    }
+
+
+async def models(request: HttpRequest) -> Response:
+    rt = _runtime(request)
+    try:
+        check_key(rt.settings.api_key, request.headers)
+        model, _ = rt.ready()
+        return Response(rt.codec.answer_listing(model.listing()), 200, media_type="application/json")
+    except Exception as exc:  # noqa: BLE001
+        return _send(error_answer(rt.codec, exc))
+
+
+async def health(request: HttpRequest) -> Response:
+    """Readiness for probes and routers: 200 once the model answers, 503 before (no key needed)."""
+    rt = _runtime(request)
+    ready = rt.status is Status.READY
+    doc: dict[str, Any] = {
+        "status": rt.status.value,
+        "ready": ready,
+        "api_version": RUNTIME_CONTRACT,
+        "model": rt.model.name if rt.model else rt.settings.model,
+        "schema": rt.settings.schema,
+    }
+    if rt.failure is not None:
+        doc["error"] = rt.failure
+    headers = {"retry-after": str(int(RETRY_AFTER_S))} if rt.status is Status.LOADING else None
+    return JSONResponse(doc, 200 if ready else 503, headers=headers)
+
+
+async def metrics(request: HttpRequest) -> Response:
+    return Response(_runtime(request).metrics.text(), 200, media_type=CONTENT_TYPE_LATEST)
+
+
+async def not_routed(request: HttpRequest, exc: Exception) -> Response:
+    """404 and 405 in the listener's error form, naming what is served."""
+    rt = _runtime(request)
+    status = exc.status_code if isinstance(exc, HTTPException) else 404
+    where = f"{request.method} {request.url.path}"
+    serves = f"POST {', '.join(rt.codec.paths)}; GET /v1/models, /health, /metrics"
+    if status == 405:
+        error: Exception = MethodNotAllowed(f"{where} is not allowed (this server serves {serves})")
+    else:
+        error = NotServed(f"no {where} here (this server serves {serves})")
+    answer = error_answer(rt.codec, error)
+    extra = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
+    return Response(answer.body, answer.status, headers={**dict(answer.headers), **extra})
+
+
+ROUTES = [
+    Route("/v1/systemone", answer, methods=["POST"]),
+    Route("/v1/systemone/batch", answer, methods=["POST"]),
+    Route("/v1/decisions", answer, methods=["POST"]),
+    Route("/v1/models", models, methods=["GET"]),
+    Route("/health", health, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+]
+ENDPOINTS = frozenset(route.path for route in ROUTES)
+
+
+class RequestIds:
+    """Every response carries ``x-typesafe-request-id``; each request is counted and timed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = f"req_{uuid.uuid4().hex}".encode()
+        started = time.monotonic()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (REQUEST_ID.encode(), request_id)]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            runtime: Runtime | None = scope.get("state", {}).get("runtime")
+            if runtime is not None:
+                endpoint = scope["path"] if scope["path"] in ENDPOINTS else "other"
+                runtime.metrics.requests.labels(endpoint, str(status)).inc()
+                runtime.metrics.latency.labels(endpoint).observe(time.monotonic() - started)
+
+
+# ---------------------------------------------------------------------------- the app
+
+
+def engine_loader(settings: ServerSettings) -> Loader:
+    """Load the model named by the settings (a built-in or a checkpoint folder)."""
+
+    def load() -> tuple[DecisionEngine, str]:
+        from sr_runtime.loader import load_engine
+
+        engine = load_engine(
+            settings.model,
+            device=settings.device,
+            max_model_len=settings.max_model_len,
+            state_cache_bytes=settings.state_cache_mb * 2**20,
+            token_budget=settings.max_batch_tokens,
+        )
+        return engine, folder_date(model_folder(settings.model))
+
+    return load
+
+
+def create_app(settings: ServerSettings, load: Loader | None = None, on_failure: Callable[[str], None] | None = None) -> Starlette:
+    """The app; its lifespan starts loading the model (``load``, else the settings' model)."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        runtime = Runtime(settings, load or engine_loader(settings), on_failure)
+        runtime.start()
+        try:
+            yield {"runtime": runtime}
+        finally:
+            await anyio.to_thread.run_sync(runtime.close)
+
+    return Starlette(
+        routes=ROUTES,
+        middleware=[Middleware(RequestIds)],
+        exception_handlers={HTTPException: not_routed},
+        lifespan=lifespan,
+    )

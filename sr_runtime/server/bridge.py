@@ -1,0 +1,207 @@
+"""The IR and the engine, both ways: the one place the runtime translates between them.
+
+    plan = to_engine(req.ir, card)                   # each named request as a DecisionRequest
+    reply = to_reply(plan, results, "default")       # the Reply a listener codec's answer_success takes
+
+A question the model cannot take (a type it does not answer, a field it does not honour, media
+on a text-only model) never reaches the engine: it fails here with the question error of seed
+002's table, and the codec decides what that does to the request (/v1/systemone fails it,
+/v1/decisions answers it inside a 200). JSON content reaches the engine as plain Python values,
+so an object state is read as the `json.dumps` text a Python server would write (the same text
+the `state_text` deviation sends); how a family reads roles is the engine's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sr_control.systemone import Batch, ItemResult, Reply, Request
+from sr_control.systemone.generated.fields import PRESETS
+from sr_control.systemone.ir import MISSING, Question, items
+from sr_control.systemone.jsontext import JsonObject, Number, plain
+from sr_runtime.types import (
+    Answer,
+    ChoiceAnswer,
+    ChoiceQuestion,
+    DecisionRequest,
+    ModelCard,
+    NoulAnswer,
+    NoulQuestion,
+    QuestionError,
+    Result,
+    ScoreAnswer,
+    ScoreQuestion,
+)
+from sr_runtime.types import Question as EngineQuestion
+
+# Question fields no model here honours; answering without them would answer another question.
+REFUSED_FIELDS = {
+    "over": "reads only some state keys (a Vela field; Decision-style families refuse it)",
+    "decision_adapter": "names an adapter, and this model loads none",
+}
+# Fixed words for the `reason` of each engine error code.
+REASONS = {"invalid_question": "question_malformed"}
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A question error decided before (or after) the engine: seed 002's code and a fixed word."""
+
+    code: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ItemPlan:
+    """One named request: what the engine answers, and the questions that failed here."""
+
+    questions: Mapping[str, str]  # id -> type of every question the codec expects an answer to
+    request: DecisionRequest | None  # the engine's questions are those ids not in `failures`
+    failures: Mapping[str, Failure] = field(default_factory=dict)
+    full_input: frozenset[str] = frozenset()  # ids that asked require_full_input
+    scan_budget: int | None = None  # options.max_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class EnginePlan:
+    items: Mapping[str, ItemPlan]  # "" names a single request
+
+    @property
+    def requests(self) -> list[DecisionRequest]:
+        return [item.request for item in self.items.values() if item.request is not None]
+
+
+class _Refused(Exception):
+    def __init__(self, failure: Failure) -> None:
+        self.failure = failure
+
+
+# ---------------------------------------------------------------------------- IR -> engine
+
+
+def to_engine(ir: Request | Batch, card: ModelCard) -> EnginePlan:
+    budget = _int_option(ir.options, "max_tokens")
+    return EnginePlan({name: _item(r, card, ir.long_context or r.long_context, budget) for name, r in items(ir)})
+
+
+def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None) -> ItemPlan:
+    media = _media_failure(r, card)
+    ids: dict[str, str] = {}
+    questions: list[EngineQuestion] = []
+    failures: dict[str, Failure] = {}
+    for q_id, q in r.questions.items():
+        if q.problem is not None:
+            continue  # /v1/decisions: the codec answers it with its own reading problem
+        try:
+            question = _engine_question(q, card)
+            if media is not None:
+                raise _Refused(media)
+        except _Refused as refused:
+            failures[q_id] = refused.failure
+        else:
+            questions.append(question)
+        ids[q_id] = q.type
+    request = None
+    if questions:
+        state = plain(r.state)
+        roles = r.roles.of(state) if r.roles.mode != "none" and isinstance(state, dict) else None
+        request = DecisionRequest(state, tuple(questions), roles=roles, long_context=long_context)
+    full = frozenset(q_id for q_id, q in r.questions.items() if q.extensions.get("require_full_input") is True)
+    return ItemPlan(ids, request, failures, full, budget)
+
+
+def _media_failure(r: Request, card: ModelCard) -> Failure | None:
+    kinds = sorted({a.type for a in r.assets.values()} - set(card.modalities))
+    if not kinds:
+        return None
+    reads = ", ".join(card.modalities)
+    return Failure("invalid_input", "unsupported_media", f"this model reads {reads} only; the request carries {' and '.join(kinds)} assets")
+
+
+def _engine_question(q: Question, card: ModelCard) -> EngineQuestion:
+    """The engine's form of one IR question; _Refused when this model cannot take it."""
+    if q.type not in card.question_types:
+        types = ", ".join(card.question_types)
+        raise _Refused(Failure("invalid_question", "unsupported_question_type", f"this model answers {types} questions, not {q.type}"))
+    for name in q.extensions:
+        if name in REFUSED_FIELDS:
+            raise _Refused(Failure("invalid_question", "unsupported_field", f"this model does not take {name}: it {REFUSED_FIELDS[name]}"))
+    if q.extensions.get("overflow") == "truncate":
+        raise _Refused(Failure("invalid_question", "unsupported_field", "this model reads every part whole and never truncates (overflow: window)"))
+    instructions, criteria = q.instructions, q.criteria
+    if q.preset_only:  # a 4.0 preset-only question: answered zero-shot from the canonical texts
+        preset = PRESETS[q.preset or ""]
+        instructions, criteria = preset["instructions"], preset.get("criteria", MISSING)
+    text = _text(instructions)
+    if q.type == "noul":
+        sides = criteria if isinstance(criteria, Mapping) else {}
+        return NoulQuestion(text, _text(sides.get("true")), _text(sides.get("false")))
+    if q.type == "choice":
+        return ChoiceQuestion(tuple((str(name), _text(desc)) for name, desc in criteria.items()), text)
+    return ScoreQuestion(tuple(plain(level) for level in criteria), text)
+
+
+def _text(value: Any) -> Any:
+    return None if value is MISSING or value is None else plain(value)
+
+
+def _int_option(options: Mapping[str, Any] | None, name: str) -> int | None:
+    value = (options or {}).get(name)
+    return int(value.value) if isinstance(value, Number) else value
+
+
+# ---------------------------------------------------------------------------- engine -> IR
+
+
+def to_reply(plan: EnginePlan, results: Sequence[Result], model: str, extras: Mapping[str, Any] | None = None) -> Reply:
+    """``results`` answer ``plan.requests`` in order; ``extras`` go beside each response (meta)."""
+    answered = iter(results)
+    out = {}
+    for name, item in plan.items.items():
+        result = next(answered) if item.request is not None else None
+        out[name] = _item_result(item, result, model, extras or {})
+    return Reply(out, model)
+
+
+def _item_result(item: ItemPlan, result: Result | None, model: str, extras: Mapping[str, Any]) -> ItemResult:
+    tokens = result.usage.input_tokens if result is not None else 0
+    over_budget = None
+    if item.scan_budget is not None and tokens > item.scan_budget:
+        over_budget = Failure(
+            "scan_budget_exceeded", "scan_budget_exceeded", f"the model read {tokens} tokens, over the scan budget options.max_tokens = {item.scan_budget}"
+        )
+    engine_answers = iter(result.answers if result is not None else ())
+    answers = []
+    for q_id, kind in item.questions.items():
+        answer: Answer | QuestionError | Failure = item.failures.get(q_id) or next(engine_answers)
+        if over_budget is not None and not isinstance(answer, Failure):
+            answer = over_budget
+        answers.append((q_id, _answer_doc(q_id, kind, answer, q_id in item.full_input)))
+    usage = JsonObject([("input_tokens", tokens), ("output_tokens", 0)])
+    return ItemResult(JsonObject(answers), usage, JsonObject(extras), model)
+
+
+def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, full_input: bool) -> JsonObject:
+    if isinstance(answer, QuestionError):
+        answer = Failure(answer.code, REASONS.get(answer.code, answer.code), answer.message)
+    if isinstance(answer, Failure):
+        message = f'question "{q_id}" cannot be answered: {answer.message}'
+        return JsonObject([("type", kind), ("error", answer.code), ("reason", answer.reason), ("message", message)])
+    members: list[tuple[str, Any]] = [("type", answer.type)]
+    if isinstance(answer, NoulAnswer):
+        members.append(("noul", answer.noul))
+    elif isinstance(answer, ChoiceAnswer):
+        members += [("choice", answer.choice), ("probabilities", JsonObject(answer.probabilities)), ("confidence", answer.confidence)]
+    elif isinstance(answer, ScoreAnswer):
+        members += [
+            ("score", answer.score),
+            ("legend", JsonObject((str(i), level) for i, level in enumerate(answer.legend))),
+            ("probabilities", JsonObject((str(i), p) for i, p in enumerate(answer.probabilities))),
+            ("confidence", answer.confidence),
+        ]
+    if full_input:  # the engine never truncates: every answer read the whole input
+        members.append(("input_coverage", "complete"))
+    return JsonObject(members)

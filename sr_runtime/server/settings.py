@@ -1,0 +1,45 @@
+"""What `vllm-srun serve` was asked to do: one frozen value, checked once at start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sr_control.systemone import REGISTRY
+
+SCHEMAS = ("vllm-sr/5.0", "vllm-sr/4.0", "systemone/0.2")
+DEFAULT_MAX_BATCH_TOKENS = 16_384
+DEFAULT_STATE_CACHE_MB = 512
+DEFAULT_MAX_QUEUE = 256
+
+
+class SettingsError(ValueError):
+    """A flag value the server cannot start with; the message is one line naming the flag."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    model: str
+    device: str = "cpu"
+    host: str = "127.0.0.1"
+    port: int = 8100
+    schema: str = "vllm-sr/5.0"
+    max_model_len: int | None = None
+    api_key: str | None = field(default=None, repr=False)  # auth is on when set
+    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
+    state_cache_mb: int = DEFAULT_STATE_CACHE_MB
+    max_queue: int = DEFAULT_MAX_QUEUE
+
+    def __post_init__(self) -> None:
+        if self.schema not in SCHEMAS:
+            raise SettingsError(f"--systemone-schema {self.schema!r} is not served (supported: {', '.join(SCHEMAS)})")
+        REGISTRY.listener(self.schema)
+        for flag, value, least in (
+            ("--port", self.port, 0),
+            ("--max-batch-tokens", self.max_batch_tokens, 1),
+            ("--state-cache-mb", self.state_cache_mb, 0),
+            ("--max-queue", self.max_queue, 1),
+        ):
+            if value < least:
+                raise SettingsError(f"{flag} must be at least {least}, not {value}")
+        if self.port > 65535:
+            raise SettingsError(f"--port must be at most 65535, not {self.port}")

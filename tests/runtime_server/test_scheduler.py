@@ -1,0 +1,81 @@
+"""One scheduler: requests that arrive together are answered in one engine call, as if alone."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from sr_runtime.engine import Engine
+from sr_runtime.server import ServerSettings
+from sr_runtime.server.scheduler import Scheduler, estimate_tokens
+from sr_runtime.types import ChoiceQuestion, DecisionRequest, NoulQuestion, ScoreQuestion
+
+from .conftest import NOUL, HeldEngine, body, engine_loader, runtime, serving, wait_until
+
+QUESTIONS = (
+    NoulQuestion("Does the user report a problem that blocks their work?"),
+    ChoiceQuestion((("billing", "Payments"), ("engineering", "Outages and bugs"), ("other", None)), "Which team?"),
+    ScoreQuestion(("calm", "annoyed", "furious"), "How angry?"),
+)
+STATES = ["The export crashes with a 500.", "I was charged twice this month.", "Thanks, all good!", "Login fails since the reset."]
+
+
+def numbers(result) -> list[float]:  # type: ignore[no-untyped-def]
+    out: list[float] = []
+    for a in result.answers:
+        out += [a.noul] if a.type == "noul" else [p for _, p in a.probabilities] if a.type == "choice" else list(a.probabilities)
+    return out
+
+
+def test_waiting_requests_share_one_engine_call_and_get_their_own_answers(checkpoint: Path) -> None:
+    engine = Engine.load(checkpoint, state_cache_bytes=0)
+    alone = [numbers(engine.answer(DecisionRequest(s, QUESTIONS))) for s in STATES]
+    held = HeldEngine(engine)
+    scheduler = Scheduler(held, max_batch_tokens=16_384, max_queue=16)
+    try:
+        first = scheduler.submit([DecisionRequest(STATES[0], QUESTIONS)])
+        assert held.entered.wait(30)
+        rest = [scheduler.submit([DecisionRequest(s, QUESTIONS)]) for s in STATES[1:]]
+        assert scheduler.depth == 3
+        held.release.set()
+        outcomes = [first.result(30), *(job.result(30) for job in rest)]
+    finally:
+        held.release.set()
+        scheduler.close()
+    assert held.calls == [1, 3]
+    assert [o.round_requests for o in outcomes] == [1, 3, 3, 3]
+    for outcome, expected in zip(outcomes, alone):
+        assert numbers(outcome.results[0]) == pytest.approx(expected, abs=1e-5)
+
+
+def test_the_token_budget_splits_what_waits_into_rounds(checkpoint: Path) -> None:
+    held = HeldEngine(Engine.load(checkpoint))
+    requests = [DecisionRequest(s, QUESTIONS) for s in STATES]
+    budget = max(estimate_tokens(r) for r in requests) * 2  # two requests a round
+    scheduler = Scheduler(held, max_batch_tokens=budget, max_queue=16)
+    try:
+        jobs = [scheduler.submit([requests[0]])]
+        assert held.entered.wait(30)
+        jobs += [scheduler.submit([r]) for r in requests[1:]]
+        held.release.set()
+        for job in jobs:
+            job.result(30)
+    finally:
+        held.release.set()
+        scheduler.close()
+    assert held.calls == [1, 2, 1]
+
+
+def test_concurrent_http_requests_are_packed_into_shared_passes(checkpoint: Path) -> None:
+    held = HeldEngine(Engine.load(checkpoint))
+    with serving(ServerSettings(str(checkpoint)), engine_loader(held)) as client, ThreadPoolExecutor(5) as pool:
+        first = pool.submit(client.post, "/v1/systemone", json=body(state="first", options={"return_meta": True}))
+        assert held.entered.wait(30)
+        rest = [pool.submit(client.post, "/v1/systemone", json=body({"q": NOUL}, state=s, options={"return_meta": True})) for s in STATES]
+        wait_until(lambda: runtime(client).scheduler.depth == len(STATES), "the requests to queue")  # type: ignore[union-attr]
+        held.release.set()
+        metas = [f.result().json()["meta"] for f in (first, *rest)]
+        assert [m["batched_requests"] for m in metas] == [1] + [len(STATES)] * len(STATES)
+        assert 'vsr_runtime_pass_requests_bucket{le="4.0"} 2.0' in client.get("/metrics").text
