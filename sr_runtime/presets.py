@@ -76,7 +76,7 @@ PRESETS = {
     for p in (
         Preset(
             "hybrid-prefix-bidir", "hybrid", "prefix_bidir", "header-v1", 1.0,
-            {"max_questions": [1, 4, 16], "temperature": [1.046, 1.0, 1.0, 1.0]}, 4096,
+            {"max_questions": [1, 4, 16], "temperature": [1.046, 1.0, 1.0, 1.0]}, 16384,
             "Qwen3.5-style hybrid (linear + full layers), prefix_bidir, header-v1, temperature_by_questions",
         ),
         Preset("hybrid-causal", "hybrid", "causal", "d3", 0.75, summary="Qwen3.5-style hybrid, causal, d3 layout"),
@@ -86,7 +86,7 @@ PRESETS = {
         ),
         Preset("llama-causal", "llama", "causal", "d3", 1.0, summary="Llama-style, causal, d3 layout"),
         Preset(
-            "llama-prefix-bidir", "llama", "prefix_bidir", "header-v1", 1.0, validated_length=2048,
+            "llama-prefix-bidir", "llama", "prefix_bidir", "header-v1", 1.0, validated_length=16384,
             summary="Llama-style, prefix_bidir, header-v1",
         ),
     )

@@ -143,7 +143,7 @@ def test_later_fields_are_read(folder: Path) -> None:
     config = read_checkpoint(folder).config
     assert config.attention_mode == "prefix_bidir"
     assert config.prompt_layout == "header-v1"
-    assert config.validated_length == 4096
+    assert config.validated_length == 16384
     assert config.temperature_by_questions == ((1, 4, 16), (1.046, 1.0, 1.0, 1.0))
 
 

@@ -114,7 +114,7 @@ def test_checkpoint_create_is_deterministic_under_a_seed(tmp_path: Path) -> None
     assert (a / "tokenizer.json").read_bytes() == (c / "tokenizer.json").read_bytes()
     checked = runner.invoke(app, ["checkpoint", "check", str(a)])
     assert checked.exit_code == 0
-    assert "255 codes, prefix_bidir, layout header-v1, max_length 32768, validated_length 2048" in checked.output
+    assert "255 codes, prefix_bidir, layout header-v1, max_length 32768, validated_length 16384" in checked.output
 
 
 def test_checkpoint_create_refuses_an_unknown_preset(tmp_path: Path) -> None:

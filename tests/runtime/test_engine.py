@@ -216,7 +216,7 @@ def test_usage_counts_the_state_block_once(engines: dict[str, Engine]) -> None:
 
 
 def test_validated_length_is_the_default_and_the_operator_wins(checkpoints: dict, fresh_engine: Callable[..., Engine]) -> None:
-    assert fresh_engine("hybrid-prefix-bidir").max_length == 4096  # validated_length
+    assert fresh_engine("hybrid-prefix-bidir").max_length == 16384  # validated_length
     assert fresh_engine("llama-causal").max_length == 32768  # no validated_length: max_length
     assert fresh_engine("hybrid-prefix-bidir", max_model_len=8192).max_length == 8192
     with pytest.raises(CheckpointError, match="--max-model-len 40000 is above the checkpoint's max_length 32768"):

@@ -44,17 +44,17 @@ def body(questions: dict[str, Any] | None = None, state: Any = SEED_002_STATE, *
 
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random prefix_bidir checkpoint, validated at 2,048 tokens (its preset)."""
+    """A tiny random prefix_bidir checkpoint as its preset creates it (validated at 16,384 tokens:
+    a 255-option choice is 8,149 tokens in its tokenizer, and the standard requires 255 options)."""
     return create(tmp_path_factory.mktemp("ckpt") / "tiny-prefix-bidir", "llama-prefix-bidir", seed=0)
 
 
 @pytest.fixture(scope="session")
-def long_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The same weights, declaring validated_length 16,384 (d3-turbo declares 32,768): a 255-option
-    choice is 8,149 tokens in its tokenizer, and the standard requires 255 options to be answered."""
-    folder = create(tmp_path_factory.mktemp("ckpt") / "tiny-prefix-bidir-16k", "llama-prefix-bidir", seed=0)
+def short_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same weights, declaring validated_length 2,048, so a long state crosses it cheaply."""
+    folder = create(tmp_path_factory.mktemp("ckpt") / "tiny-prefix-bidir-2k", "llama-prefix-bidir", seed=0)
     config = json.loads((folder / "decision_config.json").read_text())
-    config["validated_length"] = 16_384
+    config["validated_length"] = 2_048
     (folder / "decision_config.json").write_text(json.dumps(config, indent=2))
     return folder
 

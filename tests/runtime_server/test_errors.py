@@ -70,12 +70,12 @@ def test_the_first_unanswerable_question_in_request_order_fails_the_request(clie
     assert error(client.post("/v1/systemone", json=body(questions)), 422, "question_failed")["question"] == "first"
 
 
-def test_400_max_length_exceeded_past_the_validated_length_without_the_header(checkpoint: Path, schema: str) -> None:
-    """As docs/runtime/server.md shows it: the checkpoint is validated at 2,048 tokens."""
+def test_400_max_length_exceeded_past_the_validated_length_without_the_header(short_checkpoint: Path, schema: str) -> None:
+    """As docs/runtime/server.md shows it: a checkpoint validated at 2,048 tokens."""
     long_state = "The export fails again today. " * 400
     shown = re.search(r"\*\*Validated length\.\*\*.*?```json\n(.*?)```", DOCS.read_text(), flags=re.S)
     assert shown is not None
-    with serving(ServerSettings(str(checkpoint), schema=schema, max_model_len=8192)) as client:
+    with serving(ServerSettings(str(short_checkpoint), schema=schema, max_model_len=8192)) as client:
         refused = client.post("/v1/systemone", json=body(state=long_state))
         doc = error(refused, 400, "question_failed", "max_length_exceeded")
         assert {k: v for k, v in doc.items() if k != "error"} == json.loads(shown.group(1))

@@ -163,8 +163,8 @@ def test_default_serves_the_seeds_curl_example_and_is_conformant() -> None:
 
 
 @pytest.mark.slow
-def test_a_tiny_prefix_bidir_checkpoint_with_auth_is_conformant(long_checkpoint: Path) -> None:
-    with vllm_srun_serve(str(long_checkpoint), "--api-key-env", "VLLM_SR_TEST_KEY", env={"VLLM_SR_TEST_KEY": "sekrit"}) as server:
+def test_a_tiny_prefix_bidir_checkpoint_with_auth_is_conformant(checkpoint: Path) -> None:
+    with vllm_srun_serve(str(checkpoint), "--api-key-env", "VLLM_SR_TEST_KEY", env={"VLLM_SR_TEST_KEY": "sekrit"}) as server:
         assert "auth=True" in server.lines[0]
         assert_conformant(server.url, key="sekrit")
         answers = sdk_answers(server.url, key="sekrit")
