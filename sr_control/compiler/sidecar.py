@@ -29,6 +29,7 @@ class SidecarData:
         self._deployments: dict[str, Any] = {}
         self._providers: dict[str, Any] = {}
         self._deployments_of: dict[str, list[str]] = {}
+        self._values: dict[tuple[Any, ...], Any] = {}
         for name, dep in config.deployments.items():
             self._deployments_of.setdefault(dep.model, []).append(name)
             self._deployments[name] = struct_value(dep.model_dump(mode="json", by_alias=True, exclude_none=True) | {
@@ -42,26 +43,22 @@ class SidecarData:
             })
 
     def payload(self, offer: ListenerOffer) -> dict[str, Any]:
-        apis: list[dict[str, Any]] = []
+        apis: list[Any] = []
         models: dict[str, Any] = {}
         deployments: list[str] = []
         providers: list[str] = []
         for o in offer.offers:
-            entry: dict[str, Any] = {"api": o.api.name, "paths": list(o.api.paths), "models": list(o.models)}
-            if o.schema is not None:
-                entry["schema"] = o.schema
-                entry["max_deadline_ms"] = o.deadline_ms
-            apis.append(entry)
+            apis.append(self._api_entry(o.api.name, o.api.paths, o.models, o.schema, o.deadline_ms))
             for model in o.models:
                 if model in self.config.pools:
                     members = list(self.config.pools[model].members)
-                    models[model] = {"pool": members}
+                    models[model] = self._shared(("pool", model), {"pool": members})
                     deployments += members
                 elif model in self._deployments_of:
-                    models[model] = {"deployments": self._deployments_of[model]}
+                    models[model] = self._shared(("deployments", model), {"deployments": self._deployments_of[model]})
                     deployments += self._deployments_of[model]
                 elif model in self._providers:
-                    models[model] = {"provider": model}
+                    models[model] = self._shared(("provider", model), {"provider": model})
                     providers.append(model)
         return {
             "listener": offer.name,
@@ -70,3 +67,17 @@ class SidecarData:
             "deployments": {name: self._deployments[name] for name in dict.fromkeys(deployments)},
             "providers": {name: self._providers[name] for name in dict.fromkeys(providers)},
         }
+
+    def _api_entry(self, api: str, paths: tuple[str, ...], models: tuple[str, ...], schema: str | None, deadline_ms: int | None) -> Any:
+        entry: dict[str, Any] = {"api": api, "paths": list(paths), "models": list(models)}
+        if schema is not None:
+            entry["schema"] = schema
+            entry["max_deadline_ms"] = deadline_ms
+        return self._shared(("api", api, tuple(models), schema, deadline_ms), entry)
+
+    def _shared(self, key: tuple[Any, ...], entry: dict[str, Any]) -> Any:
+        """One protobuf value per distinct entry: listeners offering the same API share it."""
+        value = self._values.get(key)
+        if value is None:
+            value = self._values[key] = struct_value(entry)
+        return value
