@@ -23,26 +23,7 @@ from sr_runtime.loader import load_engine
 from sr_runtime.request import read_request
 
 DATA = Path(__file__).with_name("data") / "labelled.jsonl"
-SEED_002_CURL = {
-    "state": "Our export button fails with a 500 since this morning. Open a ticket.",
-    "questions": {"urgent": {"type": "noul", "instructions": "Does the user report a problem that blocks their work?"}},
-}
-SEED_002_FULL = {
-    "state": {
-        "request": "Our export button fails with a 500 since this morning. Open a ticket.",
-        "history": "How do I export my invoices as CSV?",
-    },
-    "roles": {"request": "user", "history": "context"},
-    "questions": {
-        "team": {
-            "type": "choice",
-            "instructions": "Which team should handle this request?",
-            "criteria": {"billing": "Payments, invoices and refunds", "engineering": "Outages, errors and bugs", "other": "Anything else"},
-        },
-        "urgent": {"type": "noul", "instructions": "Does the user report a problem that blocks their work?"},
-    },
-    "options": {"deadline_ms": 1500},
-}
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "requests"
 
 
 def examples() -> list[dict[str, Any]]:
@@ -93,8 +74,8 @@ def evaluate(name: str, device: str, rows: list[dict[str, Any]], base: dict[str,
     print("|---|---|---|---|")
     for kind in ("noul", "choice", "score"):
         print(f"| {kind} | {count[kind]} | {right[kind] / count[kind]:.0%} | {base[kind]:.0%} |")
-    for label, example in (("seed 002 curl example", SEED_002_CURL), ("seed 002 request", SEED_002_FULL)):
-        parsed = read_request(example)
+    for label, file in (("seed 002 curl example", "seed-002-curl.json"), ("seed 002 request", "seed-002-request.json")):
+        parsed = read_request(json.loads((EXAMPLES / file).read_text()))
         start = time.perf_counter()
         result = engine.answer_batch([parsed.request])[0]
         took = time.perf_counter() - start

@@ -34,6 +34,7 @@ from sr_control.compiler import Address, Settings, bootstrap
 from sr_control.compiler.output import to_yaml
 from sr_control.compiler.protos import to_dict
 from sr_control.config import load as loader
+from sr_control.config.model import RouterConfig
 from sr_control.config.source import dump, parse
 from sr_control.xds import ControlPlane
 
@@ -95,6 +96,7 @@ class Stack:
     options: StackOptions
     _children: list[_Child] = field(default_factory=list)
     _plane: ControlPlane | None = None
+    _config: RouterConfig | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -112,7 +114,7 @@ class Stack:
             self.config_path.write_text(default_config(ports), encoding="utf-8")
         elif opts.config.resolve() != self.config_path.resolve():
             shutil.copyfile(opts.config, self.config_path)
-        config = loader.load(self.config_path)  # refuse a bad config before starting anything
+        config = self._config = loader.load(self.config_path)  # refuse a bad config before starting anything
         for listener in config.listeners:
             _free(f"listener {listener.name}", listener.port, listener.address)
 
@@ -184,7 +186,8 @@ class Stack:
 
     def summary(self) -> list[tuple[str, str]]:
         ports = self.options.ports
-        config = loader.load(self.config_path)
+        assert self._config is not None, "summary() describes a started stack"
+        config = self._config
         rows = [("runtime", f"http://127.0.0.1:{ports.runtime}  (model {self.options.model}; POST /v1/systemone, GET /v1/models)")]
         for listener in config.listeners:
             host = "127.0.0.1" if listener.address in ("0.0.0.0", "::") else listener.address

@@ -29,8 +29,9 @@ def serve(
     signal.signal(signal.SIGINT, stack.request_stop)
     try:
         stack.start()
-        width = max(len(name) for name, _ in stack.summary())
-        for name, where in stack.summary():
+        rows = stack.summary()
+        width = max(len(name) for name, _ in rows)
+        for name, where in rows:
             typer.echo(f"{name:<{width}}  {where}")
         typer.echo("System One through Envoy needs the ext_proc sidecar, which is not part of this build yet;\n"
                    "ask the runtime directly until then. Ctrl-C stops everything.")

@@ -25,6 +25,7 @@ from sr_control.config.model import (
     Listener,
     Pool,
     ProviderModel,
+    Providers,
     RouterConfig,
 )
 from sr_control.config.marked import Marked, YamlSyntaxError, from_round_trip, read
@@ -199,21 +200,21 @@ def _describe(err: ErrorDetails) -> tuple[Loc, str, bool]:
     return loc, msg, False
 
 
-def _validate_model(value: Any, loc: Loc, model: type[BaseModel], problem: Any) -> tuple[BaseModel | None, bool]:
-    """(entry, ok). A broken entry is reported, then read again without its broken fields, so
+def _validate_model(value: Any, loc: Loc, model: type[BaseModel], problem: Any) -> BaseModel | None:
+    """The entry. A broken entry is reported, then read again without its broken fields, so
     the whole-file rules still see the rest of it (a bad ``max_concurrency`` must not hide a bad
     ``schema``). Only an entry that cannot be read even so comes back as None."""
     try:
-        return model.model_validate(value), True
+        return model.model_validate(value)
     except ValidationError as exc:
         _errors(exc, loc, problem)
         broken = {err["loc"][0] for err in exc.errors() if err["loc"]}
     if not isinstance(value, dict) or not broken:
-        return None, False
+        return None
     try:
-        return model.model_validate({k: v for k, v in value.items() if k not in broken}), False
+        return model.model_validate({k: v for k, v in value.items() if k not in broken})
     except ValidationError:
-        return None, False
+        return None
 
 
 def _validate_map(value: Any, loc: Loc, model: type[BaseModel], problem: Any, ignored: set[str]) -> dict[str, Any]:
@@ -227,7 +228,7 @@ def _validate_map(value: Any, loc: Loc, model: type[BaseModel], problem: Any, ig
         if not isinstance(name, str) or not name:
             problem(loc + (name,), "names must be non-empty strings", at_key=True)
             continue
-        parsed, _ = _validate_model(entry, loc + (name,), model, problem)
+        parsed = _validate_model(entry, loc + (name,), model, problem)
         if parsed is None:
             ignored.add(name)
             if isinstance(entry, dict) and isinstance(entry.get("model"), str):
@@ -245,7 +246,7 @@ def _validate_list(value: Any, loc: Loc, model: type[BaseModel], problem: Any, i
         return [], []
     out, index = [], []
     for i, entry in enumerate(value):
-        parsed, _ = _validate_model(entry, loc + (i,), model, problem)
+        parsed = _validate_model(entry, loc + (i,), model, problem)
         if parsed is None:
             if isinstance(entry, dict) and isinstance(entry.get("name"), str):
                 ignored.add(entry["name"])
@@ -255,10 +256,10 @@ def _validate_list(value: Any, loc: Loc, model: type[BaseModel], problem: Any, i
     return out, index
 
 
-def _validate_items(value: Any, loc: Loc, problem: Any, ignored: set[str], key: str, model: type[BaseModel]):  # type: ignore[no-untyped-def]
+def _validate_items(
+    value: Any, loc: Loc, problem: Any, ignored: set[str], key: str, model: type[BaseModel]
+) -> tuple[Providers, list[int]]:
     """``providers``: a mapping holding one list, validated entry by entry."""
-    from sr_control.config.model import Providers
-
     if value is None:
         return Providers(), []
     if not isinstance(value, dict):

@@ -157,7 +157,7 @@ class ValidationFailed(ProtocolError):
     reason = "validation_failed"
 
     def __init__(self, items: Sequence[DetailItem], **kwargs: Any) -> None:
-        lines = "; ".join(f"{_loc_text(i.loc)}: {i.msg}" for i in items)
+        lines = "; ".join(f"{loc_text(i.loc)}: {i.msg}" for i in items)
         super().__init__(lines, items=items, **kwargs)
 
 
@@ -203,14 +203,10 @@ class UpstreamError(ProtocolError):
     error_type = "upstream_error"
 
 
-def _loc_text(loc: tuple[str | int, ...]) -> str:
-    parts = [str(p) for p in loc[1:]] if loc and loc[0] == "body" else [str(p) for p in loc]
-    return ".".join(parts) or "body"
-
-
 def loc_text(loc: tuple[str | int, ...]) -> str:
     """``("body", "questions", "q1")`` -> ``questions.q1``."""
-    return _loc_text(loc)
+    parts = [str(p) for p in loc[1:]] if loc and loc[0] == "body" else [str(p) for p in loc]
+    return ".".join(parts) or "body"
 
 
 __all__ = [

@@ -11,8 +11,6 @@ resends everything the node lacks, and the refused version is not sent again (go
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from envoy.service.discovery.v3 import discovery_pb2
@@ -20,7 +18,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from sr_control.compiler.protos import CLUSTER, LISTENER
 from sr_control.xds.cache import SnapshotCache
 from sr_control.xds.hooks import Hooks, StreamInfo
-from sr_control.xds.sotw import Push
+from sr_control.xds.stream import Push, Stream
 
 # Types whose empty first subscription means "everything" (the legacy wildcard of the protocol).
 _LEGACY_WILDCARD = frozenset({LISTENER, CLUSTER})
@@ -36,23 +34,13 @@ class _TypeState:
     diffed: str = ""  # the snapshot type version last compared against
 
 
-class DeltaStream:
+class DeltaStream(Stream):
     def __init__(self, info: StreamInfo, cache: SnapshotCache, hooks: Hooks, push: Push) -> None:
-        self.info = info
-        self._cache = cache
-        self._hooks = hooks
-        self._push = push
-        self._nonces = itertools.count(1)
+        super().__init__(info, cache, hooks, push)
         self._types: dict[str, _TypeState] = {}
-        self._cancels: dict[str, Callable[[], None]] = {}
-        self._opened = False
 
     def on_request(self, req: discovery_pb2.DeltaDiscoveryRequest) -> list[discovery_pb2.DeltaDiscoveryResponse]:
-        if not self._opened:
-            if req.HasField("node"):
-                self.info.node.CopyFrom(req.node)
-            self._opened = True
-            self._hooks.opened(self.info)
+        self._open(req)
         t = req.type_url
         state = self._types.get(t)
         subscribe = set(req.resource_names_subscribe)
@@ -76,21 +64,14 @@ class DeltaStream:
                 state.held.pop(name, None)
         if refused:
             # Resending what was just refused would be refused again; wait for a new snapshot.
-            self._watch(t, state, state.diffed)
+            self._watch(t, state.diffed)
             return []
         return self._diff(t, state, reconnect=bool(req.initial_resource_versions) and not req.response_nonce)
 
     def on_push(self, type_url: str) -> list[discovery_pb2.DeltaDiscoveryResponse]:
-        self._cancels.pop(type_url, None)
+        self._fired(type_url)
         state = self._types.get(type_url)
         return self._diff(type_url, state) if state is not None else []
-
-    def close(self) -> None:
-        for cancel in self._cancels.values():
-            cancel()
-        self._cancels.clear()
-        if self._opened:
-            self._hooks.closed(self.info)
 
     def _answered(self, t: str, state: _TypeState, req: discovery_pb2.DeltaDiscoveryRequest) -> bool:
         """Settle the response ``req`` answers; True when the node refused it."""
@@ -112,19 +93,21 @@ class DeltaStream:
     def _diff(self, t: str, state: _TypeState, reconnect: bool = False) -> list[discovery_pb2.DeltaDiscoveryResponse]:
         snapshot = self._cache.snapshot(self.info.node)
         if snapshot is None:
-            self._watch(t, state, "")
+            self._watch(t, "")
             return []
         state.diffed = snapshot.type_version(t)
         available = snapshot.resources.named(t)
         wanted = (set(available) if state.wildcard else set()) | state.subscribed
         changed = [available[n] for n in sorted(wanted) if n in available and state.held.get(n) != available[n].version]
         removed = sorted(n for n in state.held if n not in available or n not in wanted)
-        self._watch(t, state, state.diffed)
+        # Delta keeps one watch open per type at all times: a response needs no ACK before the
+        # next, since each carries only what changed.
+        self._watch(t, state.diffed)
         if not changed and not removed:
             if reconnect:
                 self._hooks.resumed(self.info, t, state.diffed)
             return []
-        nonce = str(next(self._nonces))
+        nonce = self._next_nonce()
         state.pending[nonce] = (state.diffed, {n: state.held.get(n) for n in [r.name for r in changed] + removed})
         for r in changed:
             state.held[r.name] = r.version
@@ -140,13 +123,3 @@ class DeltaStream:
                 removed_resources=removed,
             )
         ]
-
-    def _watch(self, t: str, state: _TypeState, version: str) -> None:
-        # Delta keeps one watch open per type at all times: a response needs no ACK before the
-        # next, since each carries only what changed.
-        cancel = self._cancels.pop(t, None)
-        if cancel is not None:
-            cancel()
-        cancel = self._cache.watch(self.info.node, t, version, lambda _snapshot: self._push(t))
-        if cancel is not None:
-            self._cancels[t] = cancel

@@ -14,8 +14,6 @@ Rules (Envoy's xDS protocol):
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from envoy.service.discovery.v3 import discovery_pb2
@@ -23,8 +21,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from sr_control.xds.cache import SnapshotCache
 from sr_control.xds.hooks import Hooks, StreamInfo
 from sr_control.xds.snapshot import Snapshot
-
-Push = Callable[[str], None]  # asks the stream's loop to call on_push(type_url)
+from sr_control.xds.stream import Push, Stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,24 +31,14 @@ class Sent:
     names: frozenset[str]
 
 
-class SotwStream:
+class SotwStream(Stream):
     def __init__(self, info: StreamInfo, cache: SnapshotCache, hooks: Hooks, push: Push) -> None:
-        self.info = info
-        self._cache = cache
-        self._hooks = hooks
-        self._push = push
-        self._nonces = itertools.count(1)
+        super().__init__(info, cache, hooks, push)
         self._sent: dict[str, Sent] = {}
         self._names: dict[str, frozenset[str]] = {}
-        self._cancels: dict[str, Callable[[], None]] = {}
-        self._opened = False
 
     def on_request(self, req: discovery_pb2.DiscoveryRequest) -> list[discovery_pb2.DiscoveryResponse]:
-        if not self._opened:
-            if req.HasField("node"):
-                self.info.node.CopyFrom(req.node)
-            self._opened = True
-            self._hooks.opened(self.info)
+        self._open(req)
         t = req.type_url
         sent = self._sent.get(t)
         names = frozenset(req.resource_names) - {"*"}
@@ -81,24 +68,17 @@ class SotwStream:
 
     def on_push(self, type_url: str) -> list[discovery_pb2.DiscoveryResponse]:
         """A watch fired: the snapshot changed since this type was last sent."""
-        self._cancels.pop(type_url, None)
+        self._fired(type_url)
         snapshot = self._cache.snapshot(self.info.node)
         if snapshot is None:
             return []
         return [self._respond(type_url, snapshot)]
 
-    def close(self) -> None:
-        for cancel in self._cancels.values():
-            cancel()
-        self._cancels.clear()
-        if self._opened:
-            self._hooks.closed(self.info)
-
     def _respond(self, t: str, snapshot: Snapshot) -> discovery_pb2.DiscoveryResponse:
         self._cancel(t)
         names = self._names.get(t, frozenset())
         version = snapshot.type_version(t)
-        nonce = str(next(self._nonces))
+        nonce = self._next_nonce()
         self._sent[t] = Sent(version, nonce, names)
         response = discovery_pb2.DiscoveryResponse(
             version_info=version,
@@ -108,14 +88,3 @@ class SotwStream:
         )
         self._hooks.pushed(self.info, t, version, nonce)
         return response
-
-    def _watch(self, t: str, version: str) -> None:
-        self._cancel(t)
-        cancel = self._cache.watch(self.info.node, t, version, lambda _snapshot: self._push(t))
-        if cancel is not None:
-            self._cancels[t] = cancel
-
-    def _cancel(self, t: str) -> None:
-        cancel = self._cancels.pop(t, None)
-        if cancel is not None:
-            cancel()

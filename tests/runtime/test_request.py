@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 from typing import Any
 
 import pytest
 
 from sr_control.systemone import ProtocolError
 from sr_runtime.request import read_request
+from tests.conftest import ROOT
 from sr_runtime.types import (
     ChoiceAnswer,
     ChoiceQuestion,
@@ -20,23 +23,8 @@ from sr_runtime.types import (
     Usage,
 )
 
-SEED_002 = {
-    "model": "vllm-sr/vela3-fast",
-    "state": {
-        "request": "Our export button fails with a 500 since this morning. Open a ticket.",
-        "history": "How do I export my invoices as CSV?",
-    },
-    "roles": {"request": "user", "history": "context"},
-    "questions": {
-        "team": {
-            "type": "choice",
-            "instructions": "Which team should handle this request?",
-            "criteria": {"billing": "Payments, invoices and refunds", "engineering": "Outages, errors and bugs", "other": "Anything else"},
-        },
-        "urgent": {"type": "noul", "instructions": "Does the user report a problem that blocks their work?"},
-    },
-    "options": {"deadline_ms": 1500},
-}
+# Seed 002's request, as the docs show it, with the model it names.
+SEED_002 = json.loads((ROOT / "examples" / "requests" / "seed-002-request.json").read_text()) | {"model": "vllm-sr/vela3-fast"}
 
 
 def test_seed_002s_request_reads_in_order_with_its_roles() -> None:

@@ -16,12 +16,9 @@ from pathlib import Path
 import pytest
 
 from sr_control.stack import Ports
-from tests.conftest import BIN
+from tests.conftest import BIN, ROOT
 
-SEED_002_CURL = {
-    "state": "Our export button fails with a 500 since this morning. Open a ticket.",
-    "questions": {"urgent": {"type": "noul", "instructions": "Does the user report a problem that blocks their work?"}},
-}
+SEED_002_CURL = json.loads((ROOT / "examples" / "requests" / "seed-002-curl.json").read_text())
 
 
 def _free_offset() -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
+
 from tests.xds.xds_support import config_text
 
 
@@ -15,27 +17,16 @@ def test_a_missing_config_exits_2(tmp_path: Path, cli) -> None:  # type: ignore[
     assert "Traceback" not in result.stderr
 
 
-def test_a_taken_status_port_exits_2(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("taken", ["--status-port", "--port"])
+def test_a_taken_port_exits_2(tmp_path: Path, cli, taken: str) -> None:  # type: ignore[no-untyped-def]
     config = tmp_path / "config.yaml"
     config.write_text(config_text({"public": 8801}))
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        result = cli("xds", "serve", "--config", str(config), "--host", "127.0.0.1", "--port", "0", "--status-port", str(port))
-    assert result.returncode == 2
-    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
-    assert "Traceback" not in result.stderr
-
-
-def test_a_taken_ads_port_exits_2(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
-    config = tmp_path / "config.yaml"
-    config.write_text(config_text({"public": 8801}))
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        result = cli("xds", "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--status-port", "0")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        ports = {"--port": "0", "--status-port": "0"} | {taken: str(port)}
+        result = cli("xds", "serve", "--config", str(config), "--host", "127.0.0.1", *[x for kv in ports.items() for x in kv])
     assert result.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "Traceback" not in result.stderr
