@@ -26,7 +26,9 @@ from envoy.extensions.filters.http.decompressor.v3 import decompressor_pb2  # no
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2  # noqa: F401
 from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2  # noqa: F401
+from envoy.extensions.access_loggers.stream.v3 import stream_pb2  # noqa: F401
 from envoy.extensions.resource_monitors.downstream_connections.v3 import downstream_connections_pb2  # noqa: F401
+from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # noqa: F401
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -26,7 +27,7 @@ def _free_offset() -> int:
         offset = random.randrange(20000, 40000, 10)
         ports = Ports().shifted(offset)
         try:
-            for port in (ports.runtime, ports.listener, ports.xds, ports.xds_status, ports.sidecar, ports.admin):
+            for port in (ports.runtime, ports.listener, ports.xds, ports.xds_status, ports.sidecar, ports.sidecar_status, ports.admin):
                 with socket.socket() as s:
                     s.bind(("127.0.0.1", port))
         except OSError:
@@ -61,11 +62,14 @@ def test_serve_runs_the_stack_answers_and_stops_everything_on_ctrl_c(tmp_path: P
             assert time.monotonic() < deadline, "the stack did not come up"
             time.sleep(0.2)
         summary = (tmp_path / "out.txt").read_text()
-        assert f"http://127.0.0.1:{ports.runtime}" in summary and f"listener local  http://127.0.0.1:{ports.listener}" in summary
+        assert f"http://127.0.0.1:{ports.runtime}" in summary and re.search(rf"listener local +http://127.0.0.1:{ports.listener}", summary)
 
-        # The seed 002 curl, against the runtime the stack started.
-        status, answer = _get(f"http://127.0.0.1:{ports.runtime}/v1/systemone", SEED_002_CURL)
-        assert status == 200 and answer["answers"]["urgent"]["type"] == "noul" and 0 <= answer["answers"]["urgent"]["noul"] <= 1
+        # The seed 002 curl, against the listener (Envoy, the sidecar, the runtime) and the runtime.
+        for port in (ports.listener, ports.runtime):
+            status, answer = _get(f"http://127.0.0.1:{port}/v1/systemone", SEED_002_CURL)
+            assert status == 200 and answer["answers"]["urgent"]["type"] == "noul" and 0 <= answer["answers"]["urgent"]["noul"] <= 1
+        direct = _get(f"http://127.0.0.1:{ports.runtime}/v1/systemone", SEED_002_CURL)[1]
+        assert answer == direct  # the listener answers exactly what the runtime does
 
         # Envoy took the embedded config over xDS: an API the listener does not offer is its 404.
         status, body = _get(f"http://127.0.0.1:{ports.listener}/v1/chat/completions", {})
@@ -76,7 +80,7 @@ def test_serve_runs_the_stack_answers_and_stops_everything_on_ctrl_c(tmp_path: P
         assert status == 200 and doc["version"]
 
         children = [int(p) for p in subprocess.run(["pgrep", "-P", str(stack.pid)], capture_output=True, text=True).stdout.split()]
-        assert len(children) == 2  # the runtime and Envoy; the control plane runs in the supervisor
+        assert len(children) == 3  # the runtime, the sidecar and Envoy; the control plane runs in the supervisor
         stack.send_signal(signal.SIGINT)
         assert stack.wait(timeout=30) == 0
         assert [pid for pid in children if _alive(pid)] == [], "children outlived the stack"
