@@ -2,6 +2,7 @@
 
 In match order:
 
+0. a request the sidecar already named a cluster for (``forward``), whatever its path now;
 1. each path of each offered API: System One paths through the sidecar; an LLM API straight to
    its provider when one keyless model of that API serves it, else through the sidecar, which
    reads ``model`` from the body;
@@ -55,13 +56,21 @@ def route_configuration(config: RouterConfig, offer: ListenerOffer, sidecar_vers
 
 def route_table(config: RouterConfig, offer: ListenerOffer, sidecar_version: str) -> list[dict[str, Any]]:
     providers = {m.name: (i, m) for i, m in enumerate(config.providers.models)}
-    routes: list[dict[str, Any]] = []
+    routes: list[dict[str, Any]] = [
+        fill(
+            "route/forward_route",
+            cluster_header=names.CLUSTER_HEADER,
+            timeout=duration(LLM_TIMEOUT_MS),
+            retry_policy=fill("route/upstream_retry"),
+            headers=[_REQUEST_ID],
+        )
+    ]
     for o in offer.offers:
         # A listener with keys checks every request in the sidecar, before any upstream sees it.
         direct = None if offer.listener.auth is not None else _direct_provider(o, providers)
         for path in o.api.paths:
             if o.api.kind == "decision":
-                routes.append(_sidecar(offer, o.api.name, o.schema, path, o.deadline_ms, sidecar_version, None, retry=fill("route/deployment_retry")))
+                routes.append(_sidecar(offer, o.api.name, o.schema, path, o.deadline_ms, sidecar_version, None))
             elif not o.models:
                 routes.append(_local(f"{o.api.name}:{path}", _match(path), 404, offer, f"listener {offer.name!r} offers {o.api.name} but no model serves it"))
             elif direct is not None:
@@ -110,7 +119,6 @@ def _sidecar(
     mode: dict[str, str] | None,
     *,
     match: dict[str, Any] | None = None,
-    retry: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     metadata = [("x-vsr-listener", offer.name), ("x-vsr-api", api)]
     if schema is not None:
@@ -124,7 +132,6 @@ def _sidecar(
         timeout=duration(timeout_ms),
         processing_mode=mode,
         metadata=[{"key": k, "value": v} for k, v in metadata],
-        retry_policy=retry,
         headers=[_REQUEST_ID],
     )
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sr_control.extproc import body as body_parts
 from sr_control.extproc.auth import KeysUnavailable, upstream_key
 from sr_control.extproc.capability import needs_of
 from sr_control.extproc.data import DEFAULT_ALIASES, Member, Offer
@@ -86,7 +87,11 @@ class SystemOne:
             return error_answer(codec, ProtocolError(f"listener {incoming.listener!r} does not offer System One", status=404, code="not_found", error_type="not_found")), None
         req: ClientRequest | None = None
         try:
-            req = codec.read(incoming.path, body, incoming.headers.items())
+            multipart = body_parts.read(body, incoming.headers.get("content-type", ""))
+            req = codec.read(incoming.path, multipart[0] if multipart else body, incoming.headers.items())
+            if multipart:
+                # The client's bytes are a form, not JSON: the member gets the internal form.
+                req = replace(req, ir=body_parts.inline_parts(req.ir, multipart[1]), plan=replace(req.plan, kind="convert"))
             for form in req.legacy_forms:
                 self.s.metrics.diagnostics.labels(incoming.listener, form).inc()
             name, members = self._resolve(incoming, req.ir)
@@ -118,7 +123,11 @@ class SystemOne:
         call.member = member
         call.tried.add(member.name)
         self.s.pool.begin(member)
-        sets = [("x-envoy-upstream-rq-timeout-ms", str(max(1, int(call.incoming.remaining_s(call.deadline_ms) * 1000))))]
+        sets = [
+            ("x-envoy-upstream-rq-timeout-ms", str(max(1, int(call.incoming.remaining_s(call.deadline_ms) * 1000)))),
+            # Envoy's access log shows the path the client asked for, not /v1/decisions.
+            ("x-envoy-original-path", call.incoming.path),
+        ]
         removes: list[str] = []
         auth = self._authorization(call.incoming, member)
         if auth:

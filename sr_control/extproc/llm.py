@@ -76,6 +76,8 @@ def route(incoming: Incoming, body: bytes) -> Forward | Answer:
     elif incoming.data.auth is not None:
         removes.append("authorization")  # the client's key was the listener's, not the provider's
     path = provider.base_path + incoming.path[len("/v1"):] if incoming.path.startswith("/v1") else incoming.path
+    if path != incoming.path:
+        sets.append(("x-envoy-original-path", incoming.path))  # what the access log shows
     return Forward(cluster=provider.cluster, path=path if path != incoming.path else None, set_headers=tuple(sets), remove_headers=tuple(removes))
 
 

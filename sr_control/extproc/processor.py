@@ -36,6 +36,7 @@ from sr_control.log import get_logger
 from sr_control.systemone import ProtocolError
 
 LISTING_API = "models"
+VERSION_HEADER = "x-vsr-config-version"
 _SYSTEMONE_SHAPED = frozenset({SYSTEMONE_API, LISTING_API})
 _log = get_logger("vllm_sr.extproc")
 
@@ -153,14 +154,20 @@ class Exchange:
         answer = self.p.systemone.reencode(self.call, self.upstream_status, self.upstream_headers, body)
         self.status = answer.status
         self.done = True
-        return envoy.replace_response(answer, self.upstream_status)
+        return envoy.replace_response(self._stamped(answer), self.upstream_status)
 
     # ------------------------------------------------------------------------ answers
 
     def _immediate(self, answer: Answer) -> pb.ProcessingResponse:
         self.status = answer.status
         self.done = True
-        return envoy.immediate(answer)
+        return envoy.immediate(self._stamped(answer))
+
+    def _stamped(self, answer: Answer) -> Answer:
+        """Which config version answered: an operator can tell the versions apart during an edit."""
+        if self.incoming is None:
+            return answer
+        return Answer(answer.status, (*answer.headers, (VERSION_HEADER, self.incoming.data.version)), answer.body)
 
     def _error(self, error: ProtocolError, code: str) -> Answer:
         """``error`` in the API's own shape: System One's for its paths and listings."""

@@ -63,6 +63,9 @@ class Upstream:
                         "host": self.headers.get("host"),
                         "body_bytes": len(body),
                         "x-vsr-cluster": self.headers.get("x-vsr-cluster"),
+                        "authorization": self.headers.get("authorization"),
+                        "x-api-key": self.headers.get("x-api-key"),
+                        "x-request-id": self.headers.get("x-request-id"),
                     }
                 ).encode()
                 self.send_response(200)
