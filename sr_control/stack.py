@@ -18,6 +18,7 @@ runtime stop, each within a bound.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -159,7 +160,9 @@ class Stack:
         path = self.options.state_dir / "logs" / f"{name}.log"
         out = path.open("wb")
         _log.info("starting", part=name, log=str(path))
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent
+        )
         out.close()
         self._children.append(_Child(name, process, path))
 
@@ -246,6 +249,19 @@ class Stack:
             ("logs", f"{self.options.state_dir / 'logs'}"),
         ]
         return rows
+
+
+# Looked up here, not in the child: between fork and exec the child may take no lock another
+# thread of this process (the control plane's) might have held, the import lock included.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when the supervisor dies, however it dies (a child
+    in a session of its own gets no Ctrl-C, and would outlive a killed supervisor)."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _free(name: str, port: int, host: str = "127.0.0.1") -> None:
