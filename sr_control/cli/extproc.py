@@ -13,7 +13,7 @@ from sr_control.compiler import Address
 from sr_control.extproc.server import serve as serve_sidecar
 from sr_control.extproc.settings import SidecarSettings
 
-app = typer.Typer(help="Run the ext_proc sidecar that reads, routes and answers requests for Envoy.", no_args_is_help=True)
+app = typer.Typer(help="Run the ext_proc sidecar that routes requests for Envoy.", no_args_is_help=True)
 _LISTENER = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
 
 

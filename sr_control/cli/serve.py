@@ -19,7 +19,7 @@ def serve(
     state_dir: Annotated[Path, typer.Option(help="Where the served config, Envoy's bootstrap and the logs go.")] = Path(".vllm-sr"),
     port_offset: Annotated[int, typer.Option(help="Shift every default port by this much, to run stacks side by side.", min=0, max=50000)] = 0,
 ) -> None:
-    """Run the local stack: a runtime, the control plane, the ext_proc sidecar and Envoy.
+    """Run the local stack: runtime, control plane, sidecar and Envoy.
 
     The runtime serves MODEL on 127.0.0.1:8100; the control plane serves the config over xDS
     (edits to the served copy go live); the sidecar reads, routes and answers each request
