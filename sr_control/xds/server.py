@@ -1,7 +1,7 @@
 """The gRPC ADS service: state of the world and delta on one port.
 
 Each stream runs one loop over one queue. A reader thread puts the node's requests on it, and
-the cache's watches put "this type changed" on it, so a stream's state is only ever touched by
+the cache puts "the snapshot changed" on it, so a stream's state is only ever touched by
 its own loop.
 """
 
@@ -49,7 +49,7 @@ class AdsService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
     ) -> Iterator[Any]:
         events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         info = StreamInfo(next(self._ids), protocol, context.peer())
-        stream = make(info, self.cache, self.hooks, lambda type_url: events.put(("push", type_url)))
+        stream = make(info, self.cache, self.hooks, lambda: events.put(("push", None)))
 
         def read() -> None:
             try:
@@ -68,7 +68,7 @@ class AdsService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                 if event is _CLOSED:
                     return
                 kind, item = event
-                yield from (stream.on_request(item) if kind == "request" else stream.on_push(item))
+                yield from (stream.on_request(item) if kind == "request" else stream.on_push())
         finally:
             stream.close()
 
