@@ -66,6 +66,7 @@ class ControlPlane:
                     status=self.status,
                     metrics=self.metrics.text,
                     serving=lambda: self.reloader.snapshot is not None,
+                    alive=self._watch.alive,
                 )
             except OSError as exc:
                 raise OSError(f"cannot listen on {self._host}:{self._status_port}: {exc.strerror}") from None
@@ -87,7 +88,8 @@ class ControlPlane:
 
     def status(self) -> dict[str, Any]:
         streams = {"max": self.service.max_streams, "refused": self.service.refused}
-        return self.reloader.status() | {"streams": streams, "nodes": self.ledger.nodes()}
+        watch = "running" if self._watch.alive() else "stopped"
+        return self.reloader.status() | {"watch": watch, "streams": streams, "nodes": self.ledger.nodes()}
 
 
 __all__ = ["ControlPlane"]
