@@ -8,7 +8,8 @@ offers the Responses API; the clock runs from the file's atomic replace until a 
 open connection sees the other answer (200 from the upstream, or Envoy's 404), so it includes
 noticing the edit, validation, compile, the push and Envoy applying it.
 
-Prints figures and the targets (DESIGN.md 7); it never fails on time.
+Prints figures and the targets (edit to effect p50 under 100 ms, 1,000 listeners compiled in under
+1 s); it never fails on time.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class SlowHealthUpstream:
     def __init__(self) -> None:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # reference gotcha 11: 40 ms stalls otherwise
+            disable_nagle_algorithm = True  # else Nagle and delayed ACK stall each keep-alive reply 40 ms
 
             def log_message(self, *args: Any) -> None:
                 pass
