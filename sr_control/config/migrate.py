@@ -1,6 +1,6 @@
 """``vllm-sr config migrate``: a file rewritten in the current format, checked before and after.
 
-The steps themselves (``migrations/``, one file per format change) and the round-trip YAML they
+The steps themselves (``sr_control/migrations/``, one module per format change) and the round-trip YAML they
 edit are in ``source.py``; reading any format for validation is ``load.py``'s pipeline, which
 this module uses on both the input and the result, so a migration never writes a file that
 would not load.

@@ -6,7 +6,8 @@ round-trip tree keeps comments, key order, quoting and where each value was writ
 migrated file keeps its author's layout and a problem found after an in-memory migration points
 at the author's own line.
 
-Migration steps are one file each under ``migrations/`` (docs/config/migration.md). A step
+Migration steps are one module each in ``sr_control/migrations/`` (docs/config/migration.md),
+found as package data so that an installed wheel migrates as a checkout does. A step
 module defines ``FROM_VERSION``, ``TO_VERSION`` (= FROM_VERSION + 1), ``SUMMARY`` and
 ``apply(doc) -> list[str]``, which edits the round-trip tree in place and returns one note per
 change. An unversioned file is format 1.
@@ -14,11 +15,12 @@ change. An unversioned file is format 1.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import io
+import re
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
+from importlib import resources
 from types import ModuleType
 from typing import Any
 
@@ -30,7 +32,8 @@ from sr_control.config.errors import Problem
 from sr_control.config.marked import YamlSyntaxError
 from sr_control.config.model import CURRENT_VERSION
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+MIGRATIONS_PACKAGE = "sr_control.migrations"
+_STEP_FILE = re.compile(r"^([0-9]{4}_[a-z0-9_]+)\.py$")
 
 
 def round_trip_yaml() -> YAML:
@@ -78,17 +81,15 @@ class Step:
 @cache
 def steps() -> tuple[Step, ...]:
     """The step chain, checked: consecutive versions from 1 up to the current format."""
+    names = sorted(m[1] for f in resources.files(MIGRATIONS_PACKAGE).iterdir() if (m := _STEP_FILE.match(f.name)))
     found = []
-    for path in sorted(MIGRATIONS_DIR.glob("[0-9][0-9][0-9][0-9]_*.py")):
-        spec = importlib.util.spec_from_file_location(f"sr_migrations.{path.stem}", path)
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    for name in names:
+        module = importlib.import_module(f"{MIGRATIONS_PACKAGE}.{name}")
         found.append(Step(module.FROM_VERSION, module.TO_VERSION, module.SUMMARY, module))
     chain = [(s.from_version, s.to_version) for s in found]
     expected = [(v, v + 1) for v in range(1, CURRENT_VERSION)]
     if chain != expected:
-        raise RuntimeError(f"migrations in {MIGRATIONS_DIR} form {chain}, expected {expected}")
+        raise RuntimeError(f"migrations in {MIGRATIONS_PACKAGE} form {chain}, expected {expected}")
     return tuple(found)
 
 
@@ -111,4 +112,4 @@ def upgrade(doc: Any, version: int, notes: list[str] | None = None) -> Any:
     return doc
 
 
-__all__ = ["MIGRATIONS_DIR", "Step", "dump", "file_version", "parse", "round_trip_yaml", "steps", "upgrade"]
+__all__ = ["MIGRATIONS_PACKAGE", "Step", "dump", "file_version", "parse", "round_trip_yaml", "steps", "upgrade"]
