@@ -12,6 +12,7 @@ API), after it 200; a 503 in between is a route that reached Envoy before its cl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -211,30 +212,39 @@ class Traffic:
 @pytest.fixture(params=["sotw", "delta"])
 def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
     ports = {name: free_port() for name in ("public", "admin", "xds", "status")}
-    upstream = SlowHealthUpstream()
-    config = tmp_path / "config.yaml"
-    config.write_text(render(ports, upstream.url, None))
-    sidecar = VersionedSidecar(ports["xds"])
-    compiled = subprocess.run(
-        [VLLM_SR, "config", "compile", str(config), "-o", str(tmp_path / "out"), "--ads", request.param,
-         "--xds", f"127.0.0.1:{ports['xds']}", "--admin", f"127.0.0.1:{ports['admin']}", "--sidecar", f"127.0.0.1:{sidecar.port}"],
-        capture_output=True, text=True, timeout=60,
-    )
-    assert compiled.returncode == 0, compiled.stderr
-    xds = subprocess.Popen(
-        [VLLM_SR, "xds", "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(ports["xds"]),
-         "--status-port", str(ports["status"]), "--sidecar", f"127.0.0.1:{sidecar.port}", "--poll-interval", "0.01"],
-        stdout=open(tmp_path / "xds.log", "wb"), stderr=subprocess.STDOUT,
-    )
-    wait_for(lambda: sidecar.versions, timeout=30, what="the sidecar to get its data")
-    envoy = Envoy(tmp_path / "out" / "bootstrap.yaml", ports["admin"], tmp_path / "envoy.log")
-    wait_for(lambda: send(ports["public"], "POST", "/v1/chat/completions", b"{}").status == 200, timeout=30, what="Envoy to serve")
-    yield {"ports": ports, "config": config, "upstream": upstream, "envoy": envoy, "sidecar": sidecar, "dir": tmp_path}
-    xds.send_signal(signal.SIGTERM)
-    xds.wait(10)
-    envoy.stop()
-    sidecar.stop()
-    upstream.stop()
+    with contextlib.ExitStack() as cleanup:  # what started is stopped, even when setting up fails
+        upstream = SlowHealthUpstream()
+        cleanup.callback(upstream.stop)
+        config = tmp_path / "config.yaml"
+        config.write_text(render(ports, upstream.url, None))
+        sidecar = VersionedSidecar(ports["xds"])
+        cleanup.callback(sidecar.stop)
+        compiled = subprocess.run(
+            [VLLM_SR, "config", "compile", str(config), "-o", str(tmp_path / "out"), "--ads", request.param,
+             "--xds", f"127.0.0.1:{ports['xds']}", "--admin", f"127.0.0.1:{ports['admin']}", "--sidecar", f"127.0.0.1:{sidecar.port}"],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert compiled.returncode == 0, compiled.stderr
+        xds = subprocess.Popen(
+            [VLLM_SR, "xds", "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(ports["xds"]),
+             "--status-port", str(ports["status"]), "--sidecar", f"127.0.0.1:{sidecar.port}", "--poll-interval", "0.01"],
+            stdout=open(tmp_path / "xds.log", "wb"), stderr=subprocess.STDOUT,
+        )
+        cleanup.callback(_stop, xds)
+        wait_for(lambda: sidecar.versions, timeout=30, what="the sidecar to get its data")
+        envoy = Envoy(tmp_path / "out" / "bootstrap.yaml", ports["admin"], tmp_path / "envoy.log")
+        cleanup.callback(envoy.stop)
+        wait_for(lambda: send(ports["public"], "POST", "/v1/chat/completions", b"{}").status == 200, timeout=30, what="Envoy to serve")
+        yield {"ports": ports, "config": config, "upstream": upstream, "envoy": envoy, "sidecar": sidecar, "dir": tmp_path}
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def write(path: Path, text: str) -> None:
