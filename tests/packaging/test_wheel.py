@@ -123,7 +123,12 @@ def test_the_installed_commands_work_outside_the_checkout(installed: Path, tmp_p
         if client is not None:
             client.close()
         plane.send_signal(signal.SIGTERM)
-        plane.wait(10)
+        try:
+            plane.wait(30)
+        except subprocess.TimeoutExpired:
+            plane.kill()
+            plane.wait()
+            raise AssertionError("the installed control plane did not stop within 30 s of SIGTERM") from None
 
     request = tmp_path / "request.json"
     request.write_text(json.dumps(REQUEST))
