@@ -8,12 +8,12 @@ with a clear error).
 from __future__ import annotations
 
 import copy
-import math
 import string
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from envoy.config.core.v3 import address_pb2, base_pb2, health_check_pb2
+from envoy.type.v3 import percent_pb2
 from google.protobuf import descriptor_pool, field_mask_pb2, json_format, text_format, timestamp_pb2  # noqa: F401 - WKTs an Any may name
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
@@ -22,11 +22,8 @@ from hypothesis import strategies as st
 
 from sr_control.compiler import Settings, bootstrap, build, compile, static_bootstrap
 from sr_control.compiler.convert import ProtoError, parse
-from sr_control.compiler.protos import Bootstrap, Cluster, Listener, RouteConfiguration, to_dict
+from sr_control.compiler.protos import Bootstrap, Cluster, Listener, RouteConfiguration
 from tests.compiler.golden_cases import CASES, golden_config
-
-from envoy.config.core.v3 import address_pb2, base_pb2, health_check_pb2
-from envoy.type.v3 import percent_pb2
 
 
 def reference(data: Any, message_type: type[Message]) -> Message | Exception:
