@@ -47,11 +47,13 @@ CLUSTER = _PREFIX + Cluster.DESCRIPTOR.full_name
 SIDECAR = _PREFIX + TypedStruct.DESCRIPTOR.full_name
 SIDECAR_PAYLOAD = "vllm-sr.io/sidecar.v1.Listener"
 
-# Short names for logs, metrics and status, in the order a change is pushed: clusters before
-# the listeners that route to them, listeners before the routes they name (Envoy warms a
-# listener until its routes arrive).
+# Short names for logs, metrics and status.
 TYPE_NAMES: dict[str, str] = {CLUSTER: "clusters", LISTENER: "listeners", ROUTE: "routes", SIDECAR: "sidecar"}
-PUSH_ORDER: tuple[str, ...] = (CLUSTER, LISTENER, ROUTE, SIDECAR)
+# The order a change is pushed (make before break, docs/xds/serve.md): clusters before the
+# listeners and routes that name them, listeners before the routes they name (Envoy warms a
+# listener until its routes arrive), the sidecar data before the routes that carry its
+# version. Clusters carry their endpoints, so there is no EDS step.
+PUSH_ORDER: tuple[str, ...] = (CLUSTER, LISTENER, SIDECAR, ROUTE)
 
 def typed_struct(payload: dict[str, Any]) -> TypedStruct:
     return TypedStruct(type_url=SIDECAR_PAYLOAD, value=_struct(payload))
