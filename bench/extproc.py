@@ -179,7 +179,7 @@ def _hammer(port: int, seconds: float, counter: multiprocessing.Value) -> None: 
 
 
 def throughput(port: int, seconds: float, clients: int = 8) -> float:
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # this process runs gRPC threads: no fork
     counter = ctx.Value("i", 0)
     procs = [ctx.Process(target=_hammer, args=(port, seconds, counter)) for _ in range(clients)]
     for p in procs:
@@ -256,6 +256,9 @@ listeners:
 
 
 def main() -> None:
+    from sr_control import log
+
+    log.configure("warning")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000, help="sequential requests per latency figure")
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds per throughput figure")

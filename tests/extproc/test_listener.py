@@ -7,6 +7,7 @@ import json
 import pytest
 from typesafe_sdk import Choice, Image, Noul, RetryPolicy, Score, TypeSafeBadRequestError, TypeSafeClient
 
+from tests.e2e.envoy_proc import wait_for
 from tests.e2e.http_client import request
 from tests.extproc.harness import World, close, metric
 
@@ -32,6 +33,11 @@ def test_the_seed_002_curl_through_a_5_0_listener_answers_as_the_runtime_does(wo
     # One request id end to end, under both names the clients read.
     assert reply.headers["x-request-id"] and reply.headers["x-typesafe-request-id"] == reply.headers["x-request-id"]
     assert reply.headers["x-vsr-config-version"] == world.plane_sidecar_version("v50")
+    # Envoy's access log line for it: the path the client asked for, the member's cluster.
+    request_id = reply.headers["x-request-id"]
+    wait_for(lambda: request_id in world.envoy.log.read_text(), what="the access log line")
+    (line,) = [json.loads(l) for l in world.envoy.log.read_text().splitlines() if request_id in l]
+    assert line["path"] == "/v1/systemone" and line["status"] == 200 and line["upstream_cluster"] in ("deployment/full", "deployment/backup")
 
 
 def test_no_model_and_jev_latest_mean_the_listeners_first_model(world: World) -> None:
