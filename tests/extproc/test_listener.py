@@ -126,10 +126,10 @@ def test_the_official_sdk_on_a_5_0_listener(world: World) -> None:
 
 def test_listings_name_only_the_offered_models(world: World) -> None:
     v50 = world.get("v50", "/v1/models").json()
-    assert [m["name"] for m in v50["models"]] == ["vllm-sr/auto", "tiny", "tiny-26", "ha", "gateways", "jev-1.13.0", "tiny-std"] and "data" not in v50
+    assert [m["name"] for m in v50["models"]] == ["vllm-sr/auto", "tiny", "tiny-26", "ha", "gateways", "jev-1.13.0", "tiny-std", "mock", "busy-first"] and "data" not in v50
     by_name = {m["name"]: m for m in v50["models"]}
     assert by_name["tiny"]["card"]["question_types"] == ["choice", "noul", "score"] and by_name["tiny"]["version"] == "5.0"
-    assert by_name["jev-1.13.0"]["card"]["question_types"] == ["choice", "noul"]  # its deployment's declared capabilities
+    assert by_name["jev-1.13.0"]["card"]["question_types"] == ["box", "choice", "noul"]  # its deployment's declared capabilities
     assert all(m["release_date"] for m in v50["models"])
     v40 = world.get("v40", "/v1/models").json()
     assert [m["name"] for m in v40["models"]] == ["vllm-sr/auto", "tiny"] and [d["id"] for d in v40["data"]] == ["vllm-sr/auto", "tiny"]
