@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -170,6 +171,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--fit", action="store_true", help="refit default's constants on legacy (and evaluate nothing)")
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # rows appear as they are measured
     if args.fit:
         fit_default()
         return
