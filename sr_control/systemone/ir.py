@@ -83,6 +83,10 @@ class Question:
     order: tuple[str, ...] = ()  # member names in client order
     problem: ErrorInfo | None = None  # /v1/decisions: the question failed reading
     raw: Any = None  # the question as written, kept when ``problem`` is set
+    # The question as read, when that object is exactly what the internal form writes for it
+    # (the reader sets it): the writer then reuses it. It is no __init__ argument, so a
+    # ``replace`` that changes the question drops it.
+    as_read: JsonObject | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def preset(self) -> str | None:
@@ -106,6 +110,11 @@ class Request:
     options: JsonObject | None = None
     long_context: bool = False  # the standard header, or 4.0 options.long_context
     order: tuple[str, ...] = ()
+    # The client's text, when it is this request's internal form but for the layout and the
+    # ``roles: null`` the internal form adds (the reader sets it): ``internal_body`` writes from
+    # it. It is no __init__ argument, so a ``replace`` (another model, the long-context header)
+    # drops it.
+    source: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     def with_(self, **changes: Any) -> Request:
         return replace(self, **changes)

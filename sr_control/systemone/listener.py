@@ -37,7 +37,7 @@ from sr_control.systemone.replies import (
     listing_doc,
     reply_doc,
 )
-from sr_control.systemone.writing import internal_doc
+from sr_control.systemone.writing import internal_body
 
 LONG_CONTEXT_HEADER = "typesafe-danger-zone-long-context"
 UPSTREAM_PATH = "/v1/decisions"
@@ -63,6 +63,15 @@ class ClientRequest:
     ir: Request | Batch
     plan: ListenerPlan
     legacy_forms: tuple[str, ...] = ()
+
+    def upstream_body(self, model: str | None = None) -> bytes:
+        """The body for ``plan.path`` upstream, naming ``model`` when given: the pool member's
+        model name in place of what the client named (``vllm-sr/auto``). Without a new model it
+        is ``plan.body``; with one, the internal form of the IR naming it (``internal_body``).
+        """
+        if model is None or (isinstance(self.ir, Request) and model == self.ir.model):
+            return self.plan.body
+        return internal_body(self.ir, model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +100,7 @@ class ListenerCodec:
         if endpoint in self.passthrough and not _long_context(headers):
             plan = ListenerPlan("passthrough", UPSTREAM_PATH, bytes(body))
         else:
-            plan = ListenerPlan("convert", UPSTREAM_PATH, dumpb(internal_doc(ir)))
+            plan = ListenerPlan("convert", UPSTREAM_PATH, internal_body(ir))
         return ClientRequest(self.schema, endpoint, path, ir, plan, forms)
 
     def answer_success(self, req: ClientRequest, reply: bytes | Reply) -> bytes:
