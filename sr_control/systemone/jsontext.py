@@ -106,16 +106,16 @@ def loads(text: str | bytes) -> Json:
     return stdlib_loads(text) if tree is DECLINED else frozen(tree)
 
 
-# msgspec reads the text in C, floats as their literal (``float_hook``). It does not notice a
-# member named twice, and it reads ``-0`` as 0, so the tree it read is written back (also in C)
-# and compared with the text, both without whitespace: equal text means no member was lost, every
-# number keeps its literal, and every string is escaped as ``dumps`` escapes it. Anything else
-# (an error, a duplicate, ``\u00e9`` where ``dumps`` writes the character) is read again by the
-# standard library, whose answer and messages are the reference.
+# msgspec reads the text in C, keeping every number but integers as its literal (``float_hook``).
+# It does not notice a member named twice, and it reads ``-0`` as 0, so the tree it read is
+# written back (also in C) and compared with the text, both without whitespace: equal text means
+# no member was lost, every number keeps its literal, and every string is escaped as ``dumps``
+# escapes it. Anything else (an error, a duplicate, ``\u00e9`` where ``dumps`` writes the
+# character) is read again by the standard library, whose answer and messages are the reference.
 
 DECLINED: Any = object()  # what ``read_plain`` answers for text it leaves to ``loads``
-_MSGSPEC_READ = msgspec.json.Decoder(float_hook=Number)
-_FROZEN = frozenset({dict, list, int})
+_MSGSPEC_READ = msgspec.json.Decoder(float_hook=msgspec.Raw)
+_FROZEN = frozenset({dict, list, int, msgspec.Raw})
 
 
 def _raw_number(o: Any) -> msgspec.Raw:
@@ -128,9 +128,11 @@ _MSGSPEC_WRITE = msgspec.json.Encoder(enc_hook=_raw_number)  # a Number is writt
 
 
 def read_plain(text: str | bytes | bytearray | memoryview) -> Any:
-    """The value as msgspec reads it, in C: dicts, lists, strings, ints, ``Number`` for other
-    numbers, and the rest. ``frozen`` of it is what ``loads`` returns; DECLINED when the text is
-    not JSON, names a member twice, or writes a literal or an escape otherwise than ``dumps``."""
+    """The value as msgspec reads it, in C: dicts, lists, strings, ints, ``msgspec.Raw`` (the
+    literal) for other numbers, booleans and null. ``frozen`` of it is what ``loads`` returns;
+    DECLINED when the text is not JSON, names a member twice, or writes a literal or an escape
+    otherwise than ``dumps``. No Python object is made per number, so a reply's shape can be
+    looked at cheaply."""
     try:
         data = text.encode("utf-8") if isinstance(text, str) else text
         tree = _MSGSPEC_READ.decode(data)
@@ -143,7 +145,7 @@ def read_plain(text: str | bytes | bytearray | memoryview) -> Any:
 
 def frozen(value: Any) -> Any:
     """A value ``read_plain`` read, as read-only content: objects JsonObject, arrays tuples,
-    integers Number (other values as they are)."""
+    numbers Number (other values as they are)."""
     kind = type(value)
     if kind is dict:
         obj = JsonObject(value)
@@ -155,6 +157,8 @@ def frozen(value: Any) -> Any:
         return tuple([frozen(item) if type(item) in _FROZEN else item for item in value])
     if kind is int:
         return Number(int.__repr__(value))
+    if kind is msgspec.Raw:
+        return Number(str(value, "ascii"))
     return value
 
 
@@ -264,8 +268,31 @@ def _escape(m: re.Match[str]) -> str:
 
 
 def dumpb(value: Any, *, numbers: NumberFormat = "literal") -> bytes:
-    """``dumps`` as UTF-8 bytes: the wire form."""
+    """``dumps`` as UTF-8 bytes: the wire form (by msgspec when the value lets it be exact)."""
+    try:
+        if numbers == "literal" and _content_only(value):
+            return dumpb_content(value)
+    except RecursionError:  # content nested too deep to look at: dumps says so, or writes it
+        pass
     return dumps(value, numbers=numbers).encode("utf-8")
+
+
+_SCALARS = frozenset({str, int, bool, type(None), Number})
+_STRINGS = frozenset({str})
+
+
+def _content_only(value: Any) -> bool:
+    """Whether ``value`` holds JSON content and nothing else (no float, no other type, string
+    keys): what msgspec writes exactly as ``json.dumps`` does. A look at each value, cheaper than
+    the ``default`` call and placeholder the standard library's encoder needs per Number."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if kind is JsonObject or kind is dict:
+        return set(map(type, value)) <= _STRINGS and all(map(_content_only, value.values()))
+    if kind is tuple or kind is list:
+        return all(map(_content_only, value))
+    return False
 
 
 def _float_text(value: float, allow_nan: bool) -> str:

@@ -19,6 +19,7 @@ from sr_control.systemone.jsontext import (
     dumpb_content,
     dumps,
     dumps_layout,
+    freeze,
     loads,
     plain,
     read_plain,
@@ -178,3 +179,21 @@ def test_fuzz_dumpb_content_keeps_literals(text: str) -> None:
 def test_dumpb_content_refuses_what_is_not_json_content() -> None:
     with pytest.raises(TypeError):
         dumpb_content({"a": object()})
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values() | json_values().map(freeze) | st.lists(st.floats(allow_nan=False) | st.integers() | st.sampled_from([Number("1e3"), Number("-0")])))
+def test_fuzz_dumpb_writes_what_dumps_writes_floats_and_all(value: object) -> None:
+    assert written(dumpb, value) == written(lambda v: dumps(v).encode("utf-8"), value)
+
+
+def written(write: Callable[[object], bytes], value: object) -> object:
+    try:
+        return write(value)
+    except (TypeError, ValueError) as exc:  # not JSON content; NaN and infinities are refused
+        return type(exc)
+
+
+@pytest.mark.parametrize("value", [{"a": b"bytes"}, {"a": {1, 2}}, {1: "int key"}, {"f": float("nan")}, {"e": __import__("enum").IntEnum("E", "A").A}])
+def test_dumpb_leaves_what_is_not_plain_content_to_dumps(value: object) -> None:
+    assert written(dumpb, value) == written(lambda v: dumps(v).encode("utf-8"), value)
