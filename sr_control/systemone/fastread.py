@@ -22,7 +22,7 @@ import msgspec
 
 from sr_control.systemone import fieldtypes
 from sr_control.systemone.generated import fields as F
-from sr_control.systemone.ir import IMPLICIT, MISSING, NO_ROLES, Endpoint, Question, Request, Roles
+from sr_control.systemone.ir import IMPLICIT, MISSING, NO_ROLES, Endpoint, Request, Roles, read_question
 from sr_control.systemone.jsontext import JsonObject, frozen
 from sr_control.systemone.questions import NEEDS_CRITERIA
 from sr_control.systemone.rules import Reading
@@ -139,9 +139,8 @@ def read(tree: Any, body: bytes, reading: Reading, endpoint: Endpoint) -> tuple[
         if type(criteria) in _CONTAINERS:
             criteria = frozen(criteria)
             dict.__setitem__(q, "criteria", criteria)
-        question = Question(q["type"], instructions, criteria, "criteria", _NO_EXTENSIONS, tuple(q))
-        object.__setattr__(question, "as_read", q)  # every member is one the internal form writes
-        questions[q_id] = question
+        # Every member is one the internal form writes, so the object as read is what it writes.
+        questions[q_id] = read_question(q["type"], instructions, criteria, "criteria", _NO_EXTENSIONS, tuple(q), q)
     request = Request(
         state=state if type(state) is str else frozen(state),
         questions=MappingProxyType(questions),

@@ -11,7 +11,7 @@ from typing import Any
 from sr_control.systemone.errors import DetailItem, ErrorInfo, loc_text
 from sr_control.systemone.found import Found, Loc, check_members
 from sr_control.systemone.generated import fields as F
-from sr_control.systemone.ir import MISSING, Question
+from sr_control.systemone.ir import MISSING, Question, read_question
 from sr_control.systemone.jsontext import JsonObject
 from sr_control.systemone.rules import CRITERIA_SPELLINGS, Reading
 
@@ -93,9 +93,7 @@ def _question(q: Any, reading: Reading, found: Found, at: Loc) -> Question | Non
         for name, value in extensions.items():
             spec = _QUESTION_EXTENSIONS[name]
             found.typed(at + (name,), spec["type"], value, spec["bounds"])
-    question = Question(kind, instructions, criteria, member, extensions, tuple(q))
-    if as_read:
-        object.__setattr__(question, "as_read", q)
+    question = read_question(kind, instructions, criteria, member, extensions, tuple(q), q if as_read else None)
     if question.preset_only:
         _preset_only(question, reading, found, at)
     elif kind in NEEDS_CRITERIA and q.keys().isdisjoint(CRITERIA_SPELLINGS):
