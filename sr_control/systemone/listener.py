@@ -24,7 +24,7 @@ from typing import Literal
 
 from sr_control.systemone.errors import ErrorInfo, NotServed, ProtocolError
 from sr_control.systemone.ir import Batch, Endpoint, Listing, Reply, Request
-from sr_control.systemone.jsontext import dumpb
+from sr_control.systemone.jsontext import dumpb, dumpb_content
 from sr_control.systemone.reading import READINGS, Reading, read_body
 from sr_control.systemone.replies import (
     Flavour,
@@ -35,6 +35,7 @@ from sr_control.systemone.replies import (
     error_doc,
     error_headers,
     listing_doc,
+    reply_as_sent,
     reply_doc,
 )
 from sr_control.systemone.writing import internal_body
@@ -105,9 +106,12 @@ class ListenerCodec:
 
     def answer_success(self, req: ClientRequest, reply: bytes | Reply) -> bytes:
         """The client's 200 body from an upstream's decisions reply (or a reassembled Reply)."""
-        if not isinstance(reply, Reply):
-            reply = decode_reply(reply, req.ir)
-        return dumpb(reply_doc(reply, req.ir, req.endpoint, self.flavour))
+        if isinstance(reply, Reply):  # a runtime's own answers: Python floats, which dumpb writes
+            return dumpb(reply_doc(reply, req.ir, req.endpoint, self.flavour))
+        as_sent = reply_as_sent(reply, req.ir, req.endpoint, self.flavour)
+        if as_sent is not None:
+            return as_sent
+        return dumpb_content(reply_doc(decode_reply(reply, req.ir), req.ir, req.endpoint, self.flavour))
 
     def answer_error(self, error: ProtocolError | ErrorInfo, req: ClientRequest | None = None) -> HttpAnswer:
         info = error.info if isinstance(error, ProtocolError) else error
