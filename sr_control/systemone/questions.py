@@ -70,7 +70,7 @@ def _question(q: Any, reading: Reading, found: Found, at: Loc) -> Question | Non
     if kind is MISSING:
         found.bad(at, "Unable to extract tag using discriminator 'type'", "union_tag_not_found")
         return None
-    if kind not in reading.question_members:
+    if not isinstance(kind, str) or kind not in reading.question_members:  # (an object is no key)
         tags = ", ".join(repr(t) for t in reading.question_members)
         found.bad(at + ("type",), f"Input tag {kind!r} found using 'type' does not match any of the expected tags: {tags}", "union_tag_invalid")
         return None
@@ -151,7 +151,7 @@ def _preset_only(question: Question, reading: Reading, found: Found, at: Loc) ->
         )
         return
     found.form("preset_only")
-    preset = F.PRESETS.get(question.preset or "")
+    preset = F.PRESETS.get(question.preset) if isinstance(question.preset, str) else None
     if preset is None:
         found.bad(at + ("preset",), f"unknown preset {question.preset!r} (canonical presets: {', '.join(F.PRESETS)})", "enum")
     elif preset["type"] != question.type:

@@ -139,7 +139,17 @@ def _batch(doc: dict[str, Any], draw: st.DrawFn) -> None:
     doc["requests"] = {"one": {"state": "x", "questions": {"q": {"type": "noul"}}}}
 
 
-CHANGES = [_unknown, _question_extra, _empty_id, _state, _roles, _drop, _media, _legacy, _batch]
+def _anything(doc: dict[str, Any], draw: st.DrawFn) -> None:
+    """Any JSON where a member of a request, a question or an asset was."""
+    questions = doc.get("questions")
+    places = [doc, *(q for q in questions.values() if isinstance(q, dict))] if isinstance(questions, dict) else [doc]
+    place = draw(st.sampled_from(places))
+    name = draw(st.sampled_from(["type", "preset", "instructions", "criteria", "choices", "levels", "labels", "overflow", "threshold", "over",
+                                 "model", "state", "states", "roles", "questions", "options", "assets", "images", "media", "requests"]))
+    place[name] = draw(json_values(4) | st.sampled_from([{}, {"a": 1}, [{}], {"⟦img-1⟧": {"type": {}, "data_base64": "AA=="}}, [{"format": {}}]]))
+
+
+CHANGES = [_unknown, _question_extra, _empty_id, _state, _roles, _drop, _media, _legacy, _batch, _anything]
 LAYOUTS = [{}, {"separators": (",", ":")}, {"indent": 1}]
 
 
@@ -216,3 +226,25 @@ def test_a_batch_names_the_new_model_wherever_it_named_one() -> None:
     assert out["model"] == "d3" and out["requests"]["a"]["model"] == "d3" and "model" not in out["requests"]["b"]
     states = REGISTRY.listener("vllm-sr/4.0").read("/v1/systemone", b'{"states": ["a", "b"], "questions": {"q": {"type": "noul"}}}')
     assert json.loads(states.upstream_body("d3"))["model"] == "d3"
+
+
+@st.composite
+def anything_anywhere(draw: st.DrawFn) -> dict[str, Any]:
+    doc = draw(requests())
+    for _ in range(draw(st.integers(1, 3))):
+        _anything(doc, draw)
+    return doc
+
+
+@settings(max_examples=300, deadline=None)
+@given(anything_anywhere())
+def test_fuzz_no_body_makes_a_listener_raise_anything_but_a_protocol_error(doc: dict[str, Any]) -> None:
+    body = json.dumps(doc).encode("utf-8")
+    reads_alike(body)
+    for schema in ("vllm-sr/5.0", "vllm-sr/4.0", "systemone/0.2"):
+        codec = REGISTRY.listener(schema)
+        for path in codec.paths:
+            try:
+                codec.read(path, body)
+            except ProtocolError:
+                pass
