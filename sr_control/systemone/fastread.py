@@ -1,6 +1,6 @@
 """The common request, checked in C: msgspec holds the standard shape, Python builds the IR.
 
-    read(read_plain(body), body, READINGS["vllm-sr/5.0"], "systemone") -> (Request, legacy forms) | None
+    read(read_plain(body), READINGS["vllm-sr/5.0"], "systemone", source=body) -> (Request, legacy forms) | None
 
 Most requests a listener reads have one form: the request members ``model``, ``state``,
 ``roles``, ``questions`` and ``options``, and questions with ``type``, ``instructions`` and
@@ -107,12 +107,16 @@ def _shape(reading: Reading) -> Any:
     return _struct("request", request)
 
 
-def read(tree: Any, body: bytes, reading: Reading, endpoint: Endpoint) -> tuple[Request, tuple[str, ...]] | None:
-    """The IR and legacy forms of ``body``, of the common form; None for any other body.
+def read(
+    tree: Any, reading: Reading, endpoint: Endpoint, *, source: bytes | None = None, content: Any = None
+) -> tuple[Request, tuple[str, ...]] | None:
+    """The IR and legacy forms of a body of the common form; None for any other body.
 
-    ``tree`` is ``read_plain(body)``, so the body writes every string and number as ``dumps``
-    writes it: laid out as ``dumps`` lays it out it is the request's internal form, which the
-    Request keeps as its ``source``.
+    ``tree`` is msgspec's reading of the body (``read_plain``, or ``read_shape`` for a body
+    ``read_plain`` left to the standard library), which msgspec checks. The IR is built from it,
+    or from ``content``, the body as ``loads`` read it, when given. ``source`` is the body when
+    ``read_plain`` read it: it writes every string and number as ``dumps`` writes them, so laid
+    out as ``dumps`` lays it out it is the request's internal form, which the Request keeps.
     """
     if endpoint == "batch" or type(tree) is not dict:
         return None
@@ -120,6 +124,8 @@ def read(tree: Any, body: bytes, reading: Reading, endpoint: Endpoint) -> tuple[
         msgspec.convert(tree, shape(reading))
     except msgspec.ValidationError:
         return None
+    if content is not None:
+        tree = content
     state = tree["state"]
     forms: list[str] = []
     roles = _roles(tree, reading, state, forms)
@@ -131,7 +137,7 @@ def read(tree: Any, body: bytes, reading: Reading, endpoint: Endpoint) -> tuple[
         forms.append("long_context")
     questions = {}
     for q_id, raw in tree["questions"].items():
-        q = JsonObject(raw)  # its members are strings and null, but for these two:
+        q = JsonObject(raw)  # its members are strings and null, but for these two (as read_plain read them):
         instructions, criteria = raw.get("instructions", MISSING), raw.get("criteria", MISSING)
         if type(instructions) in _CONTAINERS:
             instructions = frozen(instructions)
@@ -151,7 +157,8 @@ def read(tree: Any, body: bytes, reading: Reading, endpoint: Endpoint) -> tuple[
         long_context=long_context,
         order=tuple(tree),
     )
-    object.__setattr__(request, "source", body)
+    if source is not None:
+        object.__setattr__(request, "source", source)
     return request, tuple(forms)
 
 
@@ -168,6 +175,6 @@ def _roles(tree: dict[str, Any], reading: Reading, state: Any, forms: list[str])
     roles = tree["roles"]
     if roles is None:
         return NO_ROLES
-    if isinstance(state, list) or (isinstance(state, dict) and not state.keys() >= roles.keys()):
+    if isinstance(state, (list, tuple)) or (isinstance(state, dict) and not state.keys() >= roles.keys()):
         return None
     return Roles("explicit", frozen(roles))

@@ -143,6 +143,16 @@ def read_plain(text: str | bytes | bytearray | memoryview) -> Any:
         return DECLINED
 
 
+def read_shape(text: bytes) -> Any:
+    """msgspec's reading of JSON text, to look at its shape only: it is exact only where
+    ``read_plain`` accepts the text (a member named twice keeps its last value, ``-0`` reads as
+    0). DECLINED for text msgspec cannot read."""
+    try:
+        return _MSGSPEC_READ.decode(text)
+    except (msgspec.MsgspecError, ValueError, RecursionError):
+        return DECLINED
+
+
 def frozen(value: Any) -> Any:
     """A value ``read_plain`` read, as read-only content: objects JsonObject, arrays tuples,
     numbers Number (other values as they are)."""

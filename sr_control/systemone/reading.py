@@ -38,7 +38,7 @@ from sr_control.systemone import fastread
 from sr_control.systemone.found import Found, Loc, check_members
 from sr_control.systemone.generated import fields as F
 from sr_control.systemone.ir import IMPLICIT, MISSING, NO_ROLES, Batch, Endpoint, Request, Roles, frozen_map
-from sr_control.systemone.jsontext import DECLINED, DuplicateMember, JsonObject, JsonTextError, frozen, read_plain, stdlib_loads
+from sr_control.systemone.jsontext import DECLINED, DuplicateMember, JsonObject, JsonTextError, frozen, read_plain, read_shape, stdlib_loads
 from sr_control.systemone.media import inline_media, media_split, read_assets, read_media_member
 from sr_control.systemone.questions import read_questions
 from sr_control.systemone.rules import READINGS, Reading
@@ -57,10 +57,15 @@ def read_body(body: bytes, reading: Reading, endpoint: Endpoint) -> tuple[Reques
         raise RequestTooLarge(len(body))
     tree = read_plain(body)
     if tree is not DECLINED:
-        fast = fastread.read(tree, body, reading, endpoint)
+        fast = fastread.read(tree, reading, endpoint, source=body)
         if fast is not None:
             return fast
-    return read_doc(parse_json(body, tree), reading, endpoint)
+    doc = parse_json(body, tree)
+    if tree is DECLINED:  # read by the standard library (``\u00e9`` escapes, say): common all the same?
+        fast = fastread.read(read_shape(body), reading, endpoint, content=doc)
+        if fast is not None:
+            return fast
+    return read_doc(doc, reading, endpoint)
 
 
 def read_doc(doc: JsonObject, reading: Reading, endpoint: Endpoint) -> tuple[Request | Batch, tuple[str, ...]]:

@@ -188,11 +188,15 @@ def test_near_misses_are_read_as_the_general_reader_reads_them(body: bytes) -> N
 
 def test_the_common_form_takes_the_short_way() -> None:
     from sr_control.systemone import fastread
-    from sr_control.systemone.jsontext import read_plain
+    from sr_control.systemone.jsontext import loads, read_plain, read_shape
 
     body = json.dumps({"model": "vllm-sr/auto", "state": {"request": "hi"}, "roles": {"request": "user"}, "questions": {"q": {"type": "choice", "criteria": {"a": None, "b": "B"}}}}).encode()
     for schema in ("vllm-sr/5.0", "vllm-sr/4.0", "internal"):
-        assert fastread.read(read_plain(body), body, READINGS[schema], "systemone") is not None
+        assert fastread.read(read_plain(body), READINGS[schema], "systemone", source=body) is not None
+    # A body the standard library reads (here: a Python client's default \u escapes) is common too.
+    escaped = json.dumps({**json.loads(body), "state": {"request": "héllo"}}).encode()
+    assert read_plain(escaped) is DECLINED
+    assert fastread.read(read_shape(escaped), READINGS["vllm-sr/5.0"], "systemone", content=loads(escaped)) is not None
 
 
 # ---------------------------------------------------------------------------- the listener's bodies
