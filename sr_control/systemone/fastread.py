@@ -23,7 +23,7 @@ import msgspec
 from sr_control.systemone import fieldtypes
 from sr_control.systemone.generated import fields as F
 from sr_control.systemone.ir import IMPLICIT, MISSING, NO_ROLES, Endpoint, Request, Roles, read_question
-from sr_control.systemone.jsontext import JsonObject, frozen
+from sr_control.systemone.jsontext import JsonObject, as_content
 from sr_control.systemone.questions import NEEDS_CRITERIA
 from sr_control.systemone.rules import Reading
 
@@ -140,20 +140,20 @@ def read(
         q = JsonObject(raw)  # its members are strings and null, but for these two (as read_plain read them):
         instructions, criteria = raw.get("instructions", MISSING), raw.get("criteria", MISSING)
         if type(instructions) in _CONTAINERS:
-            instructions = frozen(instructions)
+            instructions = as_content(instructions)
             dict.__setitem__(q, "instructions", instructions)
         if type(criteria) in _CONTAINERS:
-            criteria = frozen(criteria)
+            criteria = as_content(criteria)
             dict.__setitem__(q, "criteria", criteria)
         # Every member is one the internal form writes, so the object as read is what it writes.
         questions[q_id] = read_question(q["type"], instructions, criteria, "criteria", _NO_EXTENSIONS, tuple(q), q)
     request = Request(
-        state=state if type(state) is str else frozen(state),
+        state=state if type(state) is str else as_content(state),
         questions=MappingProxyType(questions),
         roles=roles,
         model=tree.get("model"),
         assets=_NO_ASSETS,
-        options=None if options is None else frozen(options),
+        options=None if options is None else as_content(options),
         long_context=long_context,
         order=tuple(tree),
     )
@@ -177,4 +177,4 @@ def _roles(tree: dict[str, Any], reading: Reading, state: Any, forms: list[str])
         return NO_ROLES
     if isinstance(state, (list, tuple)) or (isinstance(state, dict) and not state.keys() >= roles.keys()):
         return None
-    return Roles("explicit", frozen(roles))
+    return Roles("explicit", as_content(roles))

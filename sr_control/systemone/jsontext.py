@@ -103,7 +103,7 @@ class DuplicateMember(JsonTextError):
 def loads(text: str | bytes) -> Json:
     """Read one JSON value; raise JsonTextError (with a position) for anything else."""
     tree = read_plain(text)
-    return stdlib_loads(text) if tree is DECLINED else frozen(tree)
+    return stdlib_loads(text) if tree is DECLINED else as_content(tree)
 
 
 # msgspec reads the text in C, keeping every number but integers as its literal (``float_hook``).
@@ -115,7 +115,7 @@ def loads(text: str | bytes) -> Json:
 
 DECLINED: Any = object()  # what ``read_plain`` answers for text it leaves to ``loads``
 _MSGSPEC_READ = msgspec.json.Decoder(float_hook=msgspec.Raw)
-_FROZEN = frozenset({dict, list, int, msgspec.Raw})
+_CONVERTED = frozenset({dict, list, int, msgspec.Raw})
 
 
 def _raw_number(o: Any) -> msgspec.Raw:
@@ -129,7 +129,7 @@ _MSGSPEC_WRITE = msgspec.json.Encoder(enc_hook=_raw_number)  # a Number is writt
 
 def read_plain(text: str | bytes | bytearray | memoryview) -> Any:
     """The value as msgspec reads it, in C: dicts, lists, strings, ints, ``msgspec.Raw`` (the
-    literal) for other numbers, booleans and null. ``frozen`` of it is what ``loads`` returns;
+    literal) for other numbers, booleans and null. ``as_content`` of it is what ``loads`` returns;
     DECLINED when the text is not JSON, names a member twice, or writes a literal or an escape
     otherwise than ``dumps``. No Python object is made per number, so a reply's shape can be
     looked at cheaply."""
@@ -153,18 +153,18 @@ def read_shape(text: bytes) -> Any:
         return DECLINED
 
 
-def frozen(value: Any) -> Any:
-    """A value ``read_plain`` read, as read-only content: objects JsonObject, arrays tuples,
-    numbers Number (other values as they are)."""
+def as_content(value: Any) -> Any:
+    """A value ``read_plain`` read, as the read-only content ``loads`` returns: objects
+    JsonObject, arrays tuples, numbers Number (other values as they are)."""
     kind = type(value)
     if kind is dict:
         obj = JsonObject(value)
         for name, item in value.items():
-            if type(item) in _FROZEN:
-                dict.__setitem__(obj, name, frozen(item))
+            if type(item) in _CONVERTED:
+                dict.__setitem__(obj, name, as_content(item))
         return obj
     if kind is list:
-        return tuple([frozen(item) if type(item) in _FROZEN else item for item in value])
+        return tuple([as_content(item) if type(item) in _CONVERTED else item for item in value])
     if kind is int:
         return Number(int.__repr__(value))
     if kind is msgspec.Raw:

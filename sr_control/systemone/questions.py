@@ -70,14 +70,14 @@ def _question(q: Any, reading: Reading, found: Found, at: Loc) -> Question | Non
     if kind is MISSING:
         found.bad(at, "Unable to extract tag using discriminator 'type'", "union_tag_not_found")
         return None
-    if not isinstance(kind, str) or kind not in reading.question_members:  # (an object is no key)
+    if not isinstance(kind, str) or kind not in reading.question_members:  # (an object is not hashable)
         tags = ", ".join(repr(t) for t in reading.question_members)
         found.bad(at + ("type",), f"Input tag {kind!r} found using 'type' does not match any of the expected tags: {tags}", "union_tag_invalid")
         return None
     at = at + (kind,)  # FastAPI's loc names the union member: questions.<id>.<type>.<field>
     allowed = reading.question_members[kind]
-    as_read = allowed.issuperset(q)  # every member is one the internal form writes back
-    if not as_read:
+    known = allowed.issuperset(q)  # then every member is one the internal form writes back
+    if not known:
         for name in q.keys() - allowed:
             if reading.ignore_unknown and name not in reading.refused:
                 continue
@@ -93,7 +93,7 @@ def _question(q: Any, reading: Reading, found: Found, at: Loc) -> Question | Non
         for name, value in extensions.items():
             spec = _QUESTION_EXTENSIONS[name]
             found.typed(at + (name,), spec["type"], value, spec["bounds"])
-    question = read_question(kind, instructions, criteria, member, extensions, tuple(q), q if as_read else None)
+    question = read_question(kind, instructions, criteria, member, extensions, tuple(q), q if known else None)
     if question.preset_only:
         _preset_only(question, reading, found, at)
     elif kind in NEEDS_CRITERIA and q.keys().isdisjoint(CRITERIA_SPELLINGS):

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sr_control.systemone import fastread
 from sr_control.systemone.errors import (
     MAX_BODY_BYTES,
     DetailItem,
@@ -34,11 +35,10 @@ from sr_control.systemone.errors import (
     UnknownMembers,
     ValidationFailed,
 )
-from sr_control.systemone import fastread
 from sr_control.systemone.found import Found, Loc, check_members
 from sr_control.systemone.generated import fields as F
 from sr_control.systemone.ir import IMPLICIT, MISSING, NO_ROLES, Batch, Endpoint, Request, Roles, frozen_map
-from sr_control.systemone.jsontext import DECLINED, DuplicateMember, JsonObject, JsonTextError, frozen, read_plain, read_shape, stdlib_loads
+from sr_control.systemone.jsontext import DECLINED, DuplicateMember, JsonObject, JsonTextError, as_content, read_plain, read_shape, stdlib_loads
 from sr_control.systemone.media import inline_media, media_split, read_assets, read_media_member
 from sr_control.systemone.questions import read_questions
 from sr_control.systemone.rules import READINGS, Reading
@@ -87,7 +87,7 @@ def parse_json(body: bytes, tree: Any = _UNREAD) -> JsonObject:
     if tree is _UNREAD:
         tree = read_plain(body)
     try:
-        doc = stdlib_loads(body) if tree is DECLINED else frozen(tree)
+        doc = stdlib_loads(body) if tree is DECLINED else as_content(tree)
     except DuplicateMember as exc:
         raise ValidationFailed([DetailItem(("body",), str(exc), "json_invalid")]) from None
     except JsonTextError as exc:
