@@ -102,7 +102,7 @@ class DuplicateMember(JsonTextError):
 
 def loads(text: str | bytes) -> Json:
     """Read one JSON value; raise JsonTextError (with a position) for anything else."""
-    tree = read_plain(text)
+    tree = _read_checked(_MSGSPEC_LOADS, text)
     return stdlib_loads(text) if tree is DECLINED else as_content(tree)
 
 
@@ -115,6 +115,7 @@ def loads(text: str | bytes) -> Json:
 
 DECLINED: Any = object()  # what ``read_plain`` answers for text it leaves to ``loads``
 _MSGSPEC_READ = msgspec.json.Decoder(float_hook=msgspec.Raw)
+_MSGSPEC_LOADS = msgspec.json.Decoder(float_hook=Number)  # for loads, which wants every Number
 _CONVERTED = frozenset({dict, list, int, msgspec.Raw})
 
 
@@ -133,9 +134,13 @@ def read_plain(text: str | bytes | bytearray | memoryview) -> Any:
     DECLINED when the text is not JSON, names a member twice, or writes a literal or an escape
     otherwise than ``dumps``. No Python object is made per number, so a reply's shape can be
     looked at cheaply."""
+    return _read_checked(_MSGSPEC_READ, text)
+
+
+def _read_checked(decoder: msgspec.json.Decoder, text: str | bytes | bytearray | memoryview) -> Any:
     try:
         data = text.encode("utf-8") if isinstance(text, str) else text
-        tree = _MSGSPEC_READ.decode(data)
+        tree = decoder.decode(data)
         if _MSGSPEC_WRITE.encode(tree) != msgspec.json.format(data, indent=-1):
             return DECLINED
         return tree
@@ -155,7 +160,7 @@ def read_shape(text: bytes) -> Any:
 
 def as_content(value: Any) -> Any:
     """A value ``read_plain`` read, as the read-only content ``loads`` returns: objects
-    JsonObject, arrays tuples, numbers Number (other values as they are)."""
+    JsonObject, arrays tuples, numbers Number (other values, a Number among them, as they are)."""
     kind = type(value)
     if kind is dict:
         obj = JsonObject(value)
