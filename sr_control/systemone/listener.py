@@ -2,7 +2,8 @@
 
     codec = LISTENERS["vllm-sr/4.0"]
     req = codec.read("/v1/systemone", body, headers)    # -> ClientRequest, or raises ProtocolError
-    forward req.plan.body to req.plan.path upstream, then:
+    forward req.upstream_body(member_model) to req.plan.path upstream (req.plan.body when the
+    request names no other model), then:
     codec.answer_success(req, upstream_body)            # -> bytes; raises QuestionFailed on
                                                         #    /v1/systemone when a question failed
     codec.answer_error(exc, req)                        # -> HttpAnswer (status, headers, body)
@@ -38,7 +39,7 @@ from sr_control.systemone.replies import (
     reply_as_sent,
     reply_doc,
 )
-from sr_control.systemone.writing import internal_body
+from sr_control.systemone.writing import internal_body, renames
 
 LONG_CONTEXT_HEADER = "typesafe-danger-zone-long-context"
 UPSTREAM_PATH = "/v1/decisions"
@@ -66,11 +67,11 @@ class ClientRequest:
     legacy_forms: tuple[str, ...] = ()
 
     def upstream_body(self, model: str | None = None) -> bytes:
-        """The body for ``plan.path`` upstream, naming ``model`` when given: the pool member's
-        model name in place of what the client named (``vllm-sr/auto``). Without a new model it
-        is ``plan.body``; with one, the internal form of the IR naming it (``internal_body``).
+        """The body for ``plan.path`` upstream, with ``model`` (the pool member's model name) in
+        place of every model name the client gave (``vllm-sr/auto``). When that changes nothing
+        it is ``plan.body``; else the internal form of the IR naming it (``internal_body``).
         """
-        if model is None or (isinstance(self.ir, Request) and model == self.ir.model):
+        if model is None or not renames(self.ir, model):
             return self.plan.body
         return internal_body(self.ir, model)
 

@@ -1,7 +1,7 @@
 """Writing the IR out: the internal wire form, and standard requests for a target schema.
 
     internal_doc(ir) -> JSON object      lossless: what the internal reading read, written back
-    internal_body(ir, model=...) -> bytes    the same as the wire form (for the pool member chosen)
+    internal_body(ir, model=...) -> bytes    the same as bytes; model: the pool member's, for every one named
     request_doc(request, "vllm-sr/5.0" | "systemone/0.2", model=...) -> JSON object
 
 The internal form is the 4.0 request form plus ``roles`` (absent: 4.0 implicit roles; null: no
@@ -50,11 +50,11 @@ def _ordered(order: tuple[str, ...], members: dict[str, Any]) -> JsonObject:
 def internal_body(ir: Request | Batch, model: str | None = None) -> bytes:
     """The internal form as bytes: what ``dumpb(internal_doc(ir))`` writes, written in C.
 
-    With ``model``, the body for the pool member chosen to answer: every model the request
-    names (a batch's and each of its requests') becomes ``model``, and a request that named
-    none names it. The IR is one a listener codec read, whose numbers are ``Number`` literals.
+    With ``model``, the body for the pool member chosen to answer: every model name the request
+    gives (a batch's, its requests') becomes ``model``; a request that names none still names
+    none. The IR is one a listener codec read, whose numbers are ``Number`` literals.
     """
-    if model is not None:
+    if model is not None and renames(ir, model):
         ir = _with_model(ir, model)
     elif isinstance(ir, Request) and ir.source is not None:
         wire = dumps_layout(ir.source)
@@ -64,14 +64,18 @@ def internal_body(ir: Request | Batch, model: str | None = None) -> bytes:
     return dumpb_content(internal_doc(ir))
 
 
+def renames(ir: Request | Batch, model: str) -> bool:
+    """Whether ``ir`` gives a model name other than ``model``, which ``internal_body`` replaces."""
+    if isinstance(ir, Request):
+        return ir.model is not None and ir.model != model
+    return any(m is not None and m != model for m in (ir.model, *(r.model for r in ir.items.values())))
+
+
 def _with_model(ir: Request | Batch, model: str) -> Request | Batch:
     if isinstance(ir, Request):
-        return replace(ir, model=model)
-    # A batch whose requests name another model than the batch is refused, so they all change;
-    # a 4.0 ``states`` batch is one request, whose model its items carry.
-    every = ir.form == "states"
-    named = {name: replace(r, model=model) if every or r.model is not None else r for name, r in ir.items.items()}
-    return replace(ir, model=model, items=MappingProxyType(named))
+        return ir if ir.model is None else replace(ir, model=model)
+    named = {name: r if r.model is None else replace(r, model=model) for name, r in ir.items.items()}
+    return replace(ir, model=None if ir.model is None else model, items=MappingProxyType(named))
 
 
 def internal_doc(ir: Request | Batch) -> JsonObject:
