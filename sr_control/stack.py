@@ -1,18 +1,24 @@
-"""The local stack behind ``vllm-sr serve``: a runtime, the control plane and Envoy, supervised.
+"""The local stack behind ``vllm-sr serve``: a runtime, the control plane, the ext_proc sidecar
+and Envoy, supervised.
 
     stack = Stack(StackOptions(state_dir=Path(".vllm-sr")))
     stack.start()          # each part started in order and waited on until it is ready
     stack.wait()           # until Ctrl-C / SIGTERM, or until a part dies
-    stack.stop()           # reverse order
+    stack.stop()           # drain, then stop in reverse order
 
-The runtime (``vllm-srun serve``) and Envoy are child processes in sessions of their own, so a
-Ctrl-C reaches this supervisor only, which then stops them in order. The control plane runs in
-this process. Each child writes its log to the state directory, and a part that fails to start
-or dies is reported with the end of its log.
+The runtime (``vllm-srun serve``), the sidecar (``vllm-sr extproc serve``) and Envoy are child
+processes in sessions of their own, so a Ctrl-C reaches this supervisor only, which then stops
+them in order. The control plane runs in this process. Each child writes its log to the state
+directory, and a part that fails to start or dies is reported with the end of its log.
+
+Stopping drains: Envoy stops accepting connections, the requests it holds finish (through the
+sidecar and the runtime, both still up), then Envoy, the sidecar, the control plane and the
+runtime stop, each within a bound.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -24,7 +30,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Callable
@@ -53,10 +59,11 @@ class Ports:
     xds: int = 18000
     xds_status: int = 18001
     sidecar: int = 18080
+    sidecar_status: int = 18081
     admin: int = 9901
 
     def shifted(self, offset: int) -> Ports:
-        return Ports(*(p + offset for p in (self.runtime, self.listener, self.xds, self.xds_status, self.sidecar, self.admin)))
+        return Ports(*(getattr(self, f.name) + offset for f in fields(self)))
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,7 @@ class StackOptions:
     device: str = "cpu"
     ports: Ports = Ports()
     start_timeout: float = 180.0  # a cold model load on 2 cores takes a while
+    drain_timeout: float = 10.0  # how long requests in flight may take to finish on stop
 
 
 def default_config(ports: Ports) -> str:
@@ -108,7 +116,14 @@ class Stack:
         ports = opts.ports
         opts.state_dir.mkdir(parents=True, exist_ok=True)
         (opts.state_dir / "logs").mkdir(exist_ok=True)
-        for name, port in (("runtime", ports.runtime), ("control plane", ports.xds), ("control plane status", ports.xds_status), ("Envoy admin", ports.admin)):
+        for name, port in (
+            ("runtime", ports.runtime),
+            ("control plane", ports.xds),
+            ("control plane status", ports.xds_status),
+            ("ext_proc sidecar", ports.sidecar),
+            ("ext_proc sidecar status", ports.sidecar_status),
+            ("Envoy admin", ports.admin),
+        ):
             _free(name, port)
         if opts.config is None:
             self.config_path.write_text(default_config(ports), encoding="utf-8")
@@ -127,6 +142,13 @@ class Stack:
         self._plane = ControlPlane(self.config_path, settings, host="127.0.0.1", port=ports.xds, status_port=ports.xds_status)
         self._plane.start()
 
+        self._spawn("extproc", [
+            str(BIN / "vllm-sr"), "--log-format", "json", "extproc", "serve",
+            "--xds", f"127.0.0.1:{ports.xds}", "--port", str(ports.sidecar), "--status-port", str(ports.sidecar_status),
+            "--drain-s", str(opts.drain_timeout),
+        ])
+        self._wait("extproc", lambda: _get(f"http://127.0.0.1:{ports.sidecar_status}/healthz") == 200)
+
         boot = opts.state_dir / "bootstrap.yaml"
         boot.write_text(to_yaml(to_dict(bootstrap(settings))), encoding="utf-8")
         envoy = shutil.which("envoy", path=str(BIN)) or "envoy"
@@ -138,7 +160,9 @@ class Stack:
         path = self.options.state_dir / "logs" / f"{name}.log"
         out = path.open("wb")
         _log.info("starting", part=name, log=str(path))
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent
+        )
         out.close()
         self._children.append(_Child(name, process, path))
 
@@ -170,35 +194,74 @@ class Stack:
         self._stop.set()
 
     def stop(self) -> None:
+        """Drain Envoy, then stop every part in reverse order of starting."""
+        envoy = self._child("envoy")
+        if envoy is not None and envoy.process.poll() is None:
+            self._drain_envoy()
         for child in reversed(self._children):
-            if child.process.poll() is None:
-                child.process.send_signal(signal.SIGTERM)
-        for child in reversed(self._children):
-            try:
-                child.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                child.process.kill()
-                child.process.wait()
+            if child.name == "runtime" and self._plane is not None:
+                self._plane.stop()  # before the runtime: nothing pushes config to a stopping stack
+                self._plane = None
+            self._terminate(child)
         if self._plane is not None:
             self._plane.stop()
             self._plane = None
         self._children.clear()
 
+    def _child(self, name: str) -> _Child | None:
+        return next((c for c in self._children if c.name == name), None)
+
+    def _terminate(self, child: _Child) -> None:
+        if child.process.poll() is None:
+            child.process.send_signal(signal.SIGTERM)
+        try:
+            child.process.wait(timeout=self.options.drain_timeout + 5)
+        except subprocess.TimeoutExpired:
+            _log.warning("killing", part=child.name)
+            child.process.kill()
+            child.process.wait()
+
+    def _drain_envoy(self) -> None:
+        """Envoy stops accepting; the requests it holds finish (bounded) before it is stopped."""
+        admin = f"http://127.0.0.1:{self.options.ports.admin}"
+        try:
+            urllib.request.urlopen(urllib.request.Request(f"{admin}/drain_listeners", method="POST"), timeout=2).close()
+        except OSError:
+            return
+        deadline = time.monotonic() + self.options.drain_timeout
+        while time.monotonic() < deadline and _active_requests(admin) > 0:
+            time.sleep(0.05)
+
     def summary(self) -> list[tuple[str, str]]:
         ports = self.options.ports
         assert self._config is not None, "summary() describes a started stack"
         config = self._config
-        rows = [("runtime", f"http://127.0.0.1:{ports.runtime}  (model {self.options.model}; POST /v1/systemone, GET /v1/models)")]
+        rows = []
         for listener in config.listeners:
             host = "127.0.0.1" if listener.address in ("0.0.0.0", "::") else listener.address
             rows.append((f"listener {listener.name}", f"http://{host}:{listener.port}"))
         rows += [
+            ("runtime", f"http://127.0.0.1:{ports.runtime}  (model {self.options.model}; POST /v1/systemone, GET /v1/models)"),
             ("control plane", f"127.0.0.1:{ports.xds} (ADS), http://127.0.0.1:{ports.xds_status}/status"),
+            ("ext_proc sidecar", f"127.0.0.1:{ports.sidecar} (gRPC), http://127.0.0.1:{ports.sidecar_status}/status"),
             ("envoy admin", f"http://127.0.0.1:{ports.admin}"),
             ("config", f"{self.config_path}  (edits go live)"),
             ("logs", f"{self.options.state_dir / 'logs'}"),
         ]
         return rows
+
+
+# Looked up here, not in the child: between fork and exec the child may take no lock another
+# thread of this process (the control plane's) might have held, the import lock included.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when the supervisor dies, however it dies (a child
+    in a session of its own gets no Ctrl-C, and would outlive a killed supervisor)."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _free(name: str, port: int, host: str = "127.0.0.1") -> None:
@@ -226,6 +289,16 @@ def _health(url: str) -> bool:
     except (OSError, ValueError):
         return False
     return bool(body.get("ready", body.get("status") == "ready"))
+
+
+def _active_requests(admin: str) -> int:
+    """Requests Envoy's listeners hold now (every HTTP connection manager's active gauge)."""
+    try:
+        with urllib.request.urlopen(f"{admin}/stats?format=json&filter=downstream_rq_active", timeout=1) as reply:
+            stats = json.loads(reply.read()).get("stats", [])
+    except (OSError, ValueError):
+        return 0
+    return sum(int(s.get("value", 0)) for s in stats if s.get("name", "").startswith("http.") and not s["name"].startswith("http.admin."))
 
 
 def _listeners_live(admin: int, expected: int) -> bool:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
 
 from sr_control import __version__, log
 from sr_control.cli import config as config_cmd
+from sr_control.cli import extproc as extproc_cmd
 from sr_control.cli import schemas as schemas_cmd
 from sr_control.cli import serve as serve_cmd
 from sr_control.cli import systemone as systemone_cmd
@@ -26,6 +28,7 @@ app.add_typer(config_cmd.app, name="config")
 app.add_typer(schemas_cmd.app, name="schemas")
 app.add_typer(systemone_cmd.app, name="systemone")
 app.add_typer(xds_cmd.app, name="xds")
+app.add_typer(extproc_cmd.app, name="extproc")
 app.command(name="serve")(serve_cmd.serve)
 
 
@@ -43,6 +46,8 @@ def root(
 ) -> None:
     """Control plane for System One decision-model APIs behind Envoy."""
     log.configure(log_level, log_format)
+    # Worker processes (vllm-sr extproc serve --workers N) log as their parent does.
+    os.environ["VSR_LOG_LEVEL"], os.environ["VSR_LOG_FORMAT"] = log_level, log_format
 
 
 def main() -> None:

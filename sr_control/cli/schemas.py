@@ -18,7 +18,7 @@ from sr_control.systemone.specs import SPEC_DIR, SPEC_FILES, STANDARD_FILE, Spec
 app = typer.Typer(help="Generate and check the files derived from the System One specs.", no_args_is_help=True)
 
 _REPO = Path(__file__).resolve().parents[2]
-RootOption = Annotated[Path, typer.Option("--root", help="The repository root holding config/schemas/systemone.")]
+RootOption = Annotated[Path, typer.Option("--root", help="The folder holding sr_control/ (a checkout), whose sr_control/schemas/systemone holds the specs.")]
 
 
 class Format(str, Enum):

@@ -19,10 +19,11 @@ def serve(
     state_dir: Annotated[Path, typer.Option(help="Where the served config, Envoy's bootstrap and the logs go.")] = Path(".vllm-sr"),
     port_offset: Annotated[int, typer.Option(help="Shift every default port by this much, to run stacks side by side.", min=0, max=50000)] = 0,
 ) -> None:
-    """Run the local stack: a runtime, the control plane and Envoy.
+    """Run the local stack: runtime, control plane, sidecar and Envoy.
 
     The runtime serves MODEL on 127.0.0.1:8100; the control plane serves the config over xDS
-    (edits to the served copy go live); Envoy gets everything from it. Ctrl-C stops them all.
+    (edits to the served copy go live); the sidecar reads, routes and answers each request
+    Envoy's listener (127.0.0.1:8801) takes. Ctrl-C or SIGTERM drains and stops them all.
     """
     stack = Stack(StackOptions(state_dir=state_dir, config=config, model=model, device=device, ports=Ports().shifted(port_offset)))
     signal.signal(signal.SIGTERM, stack.request_stop)
@@ -33,8 +34,7 @@ def serve(
         width = max(len(name) for name, _ in rows)
         for name, where in rows:
             typer.echo(f"{name:<{width}}  {where}")
-        typer.echo("System One through Envoy needs the ext_proc sidecar, which is not part of this build yet;\n"
-                   "ask the runtime directly until then. Ctrl-C stops everything.")
+        typer.echo("Ctrl-C stops everything (requests in flight finish first).")
         code = stack.wait()
     except StackError as exc:
         stack.stop()

@@ -13,6 +13,7 @@ from sr_control.cli.compile import address
 from sr_control.cli.errors import EXIT_UNREADABLE, fail
 from sr_control.compiler import Address, Settings
 from sr_control.xds import ControlPlane
+from sr_control.xds.server import MAX_STREAMS
 
 app = typer.Typer(help="Serve router configs to Envoy over xDS.", no_args_is_help=True)
 
@@ -22,9 +23,10 @@ def serve(
     config: Annotated[Path, typer.Option("--config", "-c", help="The router config; edits are served as they are saved.", show_default=False)],
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
     port: Annotated[int, typer.Option(help="gRPC ADS port (state of the world and delta).")] = 18000,
-    status_port: Annotated[int, typer.Option(help="HTTP port for /status, /metrics and /healthz.")] = 18001,
+    status_port: Annotated[int, typer.Option(help="HTTP port for /status, /metrics, /healthz (ready) and /livez (alive).")] = 18001,
     sidecar: Annotated[Address, typer.Option("--sidecar", parser=address, metavar="HOST:PORT", help="The ext_proc sidecar Envoy calls (HOST:PORT or unix:PATH).")] = "127.0.0.1:18080",  # type: ignore[assignment]
     poll_interval: Annotated[float, typer.Option(help="Seconds between checks of the config file.", min=0.005, max=10.0)] = 0.025,
+    max_streams: Annotated[int, typer.Option(help="ADS streams open at once (each Envoy and each sidecar holds one); more are refused.", min=1)] = MAX_STREAMS,
 ) -> None:
     """Serve a config over xDS and push every valid edit.
 
@@ -33,7 +35,9 @@ def serve(
     invalid edit is logged with file, line and field and the previous version keeps serving.
     Runs until SIGTERM or Ctrl-C.
     """
-    plane = ControlPlane(config, Settings(sidecar=sidecar), host=host, port=port, status_port=status_port, poll_interval=poll_interval)
+    plane = ControlPlane(
+        config, Settings(sidecar=sidecar), host=host, port=port, status_port=status_port, poll_interval=poll_interval, max_streams=max_streams
+    )
     try:
         plane.start()
     except OSError as exc:

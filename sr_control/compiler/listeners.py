@@ -26,6 +26,7 @@ def listener(offer: ListenerOffer, *, route_config: dict[str, Any] | None = None
         port=l.port,
         buffer_limit=BUFFER_LIMIT,
         stat_prefix=l.name,
+        access_log=fill("listener/access_log", listener=l.name),
         rds=rds,
         route_config=route_config,
         http_filters=[

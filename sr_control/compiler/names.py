@@ -11,6 +11,8 @@ SIDECAR_CLUSTER = "vsr/sidecar"
 XDS_CLUSTER = "vsr/xds"
 # The header the sidecar sets to pick an upstream cluster; a client's copy is dropped on arrival.
 CLUSTER_HEADER = "x-vsr-cluster"
+# The request id the official SDK reads; the listener sets it to Envoy's x-request-id.
+TYPESAFE_REQUEST_ID = "x-typesafe-request-id"
 
 
 def listener(name: str) -> str:

@@ -49,7 +49,7 @@ def listener_offer(config: RouterConfig, listener: Listener) -> ListenerOffer:
     offers = []
     for name, settings in offered_apis(listener):
         api = REGISTRY.get(name)
-        served = settings.models if settings.models is not None else models.of_kind(api.kind)
+        served = settings.models if settings.models is not None else models.serving(api)
         offers.append(
             Offer(
                 api=api,

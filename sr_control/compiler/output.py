@@ -18,10 +18,15 @@ from sr_control.compiler.protos import PUSH_ORDER, SIDECAR, TYPE_NAMES, Bootstra
 from sr_control.compiler.resources import Resources
 
 
+# Fields of type google.protobuf.Struct in what the compiler emits: a Struct is a map and keeps
+# no key order of its own, so its keys are written sorted to keep the files the same run to run.
+_STRUCT_FIELDS = frozenset({"json_format"})
+
+
 def plain(node: Any) -> Any:
     """MessageToDict output as plain dicts (its Any values are OrderedDicts), for YAML."""
     if isinstance(node, dict):
-        return {k: plain(v) for k, v in node.items()}
+        return {k: _sorted(v) if k in _STRUCT_FIELDS else plain(v) for k, v in node.items()}
     if isinstance(node, list):
         return [plain(v) for v in node]
     return node

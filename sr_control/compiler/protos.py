@@ -26,7 +26,9 @@ from envoy.extensions.filters.http.decompressor.v3 import decompressor_pb2  # no
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2  # noqa: F401
 from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2  # noqa: F401
+from envoy.extensions.access_loggers.stream.v3 import stream_pb2  # noqa: F401
 from envoy.extensions.resource_monitors.downstream_connections.v3 import downstream_connections_pb2  # noqa: F401
+from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # noqa: F401
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
 
@@ -45,11 +47,13 @@ CLUSTER = _PREFIX + Cluster.DESCRIPTOR.full_name
 SIDECAR = _PREFIX + TypedStruct.DESCRIPTOR.full_name
 SIDECAR_PAYLOAD = "vllm-sr.io/sidecar.v1.Listener"
 
-# Short names for logs, metrics and status, in the order a change is pushed: clusters before
-# the listeners that route to them, listeners before the routes they name (Envoy warms a
-# listener until its routes arrive).
+# Short names for logs, metrics and status.
 TYPE_NAMES: dict[str, str] = {CLUSTER: "clusters", LISTENER: "listeners", ROUTE: "routes", SIDECAR: "sidecar"}
-PUSH_ORDER: tuple[str, ...] = (CLUSTER, LISTENER, ROUTE, SIDECAR)
+# The order a change is pushed (make before break, docs/xds/serve.md): clusters before the
+# listeners and routes that name them, listeners before the routes they name (Envoy warms a
+# listener until its routes arrive), the sidecar data before the routes that carry its
+# version. Clusters carry their endpoints, so there is no EDS step.
+PUSH_ORDER: tuple[str, ...] = (CLUSTER, LISTENER, SIDECAR, ROUTE)
 
 def typed_struct(payload: dict[str, Any]) -> TypedStruct:
     return TypedStruct(type_url=SIDECAR_PAYLOAD, value=_struct(payload))

@@ -18,7 +18,7 @@ from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
 from sr_control.compiler.errors import CompileError
-from sr_control.compiler.protos import PUSH_ORDER, TYPE_NAMES
+from sr_control.compiler.protos import TYPE_NAMES
 
 _VERSION_CHARS = 16  # 64 bits: enough to tell versions apart, short enough to read in a log
 
@@ -51,7 +51,7 @@ class Resources(Mapping[str, tuple[Resource, ...]]):
     def __init__(self, by_type: Mapping[str, Iterable[Resource]]) -> None:
         table: dict[str, tuple[Resource, ...]] = {}
         versions: dict[str, str] = {}
-        for type_url in sorted(by_type, key=_push_rank):
+        for type_url in sorted(by_type, key=_rank):
             items = tuple(sorted(by_type[type_url], key=lambda r: r.name))
             dups = sorted(n for n, count in Counter(r.name for r in items).items() if count > 1)
             if dups:
@@ -82,8 +82,13 @@ class Resources(Mapping[str, tuple[Resource, ...]]):
         return tuple(r.name for r in self[type_url])
 
 
-def _push_rank(type_url: str) -> int:
-    return PUSH_ORDER.index(type_url) if type_url in PUSH_ORDER else len(PUSH_ORDER)
+# The overall version hashes the types in this fixed order, so it stays what it was when the
+# push order changes.
+_TYPES = tuple(TYPE_NAMES)
+
+
+def _rank(type_url: str) -> int:
+    return _TYPES.index(type_url) if type_url in _TYPES else len(_TYPES)
 
 
 __all__ = ["DuplicateResource", "Resource", "Resources", "digest"]

@@ -2,11 +2,13 @@
 
 In match order:
 
+0. a request the sidecar already named a cluster for (``forward``), whatever its path now;
 1. each path of each offered API: System One paths through the sidecar; an LLM API straight to
    its provider when one keyless model of that API serves it, else through the sidecar, which
    reads ``model`` from the body;
-2. ``GET /v1/models`` through the sidecar (it lists only the offered APIs' models), other
-   methods 405;
+2. ``GET /v1/models`` through the sidecar (it lists only the offered APIs' models), and
+   ``GET /v1/systemone/models`` where System One is offered (its models with what each
+   answers); other methods 405;
 3. each path of every API the listener does not offer: 404 naming the API and the listener;
 4. everything else: 404 naming the listener.
 
@@ -27,6 +29,8 @@ from sr_control.compiler.templates import fill
 from sr_control.config.model import ProviderModel, RouterConfig
 
 MODELS_PATH = "/v1/models"
+SYSTEMONE_MODELS_PATH = "/v1/systemone/models"
+
 
 # LLM requests need the body read (to find ``model``) but not the answer: it streams back untouched.
 _LLM_MODE = {
@@ -52,9 +56,18 @@ def route_configuration(config: RouterConfig, offer: ListenerOffer, sidecar_vers
 
 def route_table(config: RouterConfig, offer: ListenerOffer, sidecar_version: str) -> list[dict[str, Any]]:
     providers = {m.name: (i, m) for i, m in enumerate(config.providers.models)}
-    routes: list[dict[str, Any]] = []
+    routes: list[dict[str, Any]] = [
+        fill(
+            "route/forward_route",
+            cluster_header=names.CLUSTER_HEADER,
+            timeout=duration(LLM_TIMEOUT_MS),
+            retry_policy=fill("route/upstream_retry"),
+            headers=[_REQUEST_ID],
+        )
+    ]
     for o in offer.offers:
-        direct = _direct_provider(o, providers)
+        # A listener with keys checks every request in the sidecar, before any upstream sees it.
+        direct = None if offer.listener.auth is not None else _direct_provider(o, providers)
         for path in o.api.paths:
             if o.api.kind == "decision":
                 routes.append(_sidecar(offer, o.api.name, o.schema, path, o.deadline_ms, sidecar_version, None))
@@ -64,9 +77,11 @@ def route_table(config: RouterConfig, offer: ListenerOffer, sidecar_version: str
                 routes.append(_provider(o.api.name, path, *direct))
             else:
                 routes.append(_sidecar(offer, o.api.name, None, path, LLM_TIMEOUT_MS, sidecar_version, _LLM_MODE))
-    get = {"path": MODELS_PATH, "headers": [{"name": ":method", "string_match": {"exact": "GET"}}]}
-    routes.append(_sidecar(offer, "models", offer.systemone_schema, MODELS_PATH, LISTING_TIMEOUT_MS, sidecar_version, None, match=get))
-    routes.append(_local(f"models:{MODELS_PATH}:other-methods", _match(MODELS_PATH), 405, offer, f"{MODELS_PATH} takes GET", allow="GET"))
+    listings = [MODELS_PATH] + ([SYSTEMONE_MODELS_PATH] if offer.systemone_schema is not None else [])
+    for path in listings:
+        get = {"path": path, "headers": [{"name": ":method", "string_match": {"exact": "GET"}}]}
+        routes.append(_sidecar(offer, "models", offer.systemone_schema, path, LISTING_TIMEOUT_MS, sidecar_version, None, match=get))
+        routes.append(_local(f"models:{path}:other-methods", _match(path), 405, offer, f"{path} takes GET", allow="GET"))
     for api in offer.not_offered():
         for path in api.paths:
             routes.append(_local(f"not-offered:{api.name}:{path}", _match(path), 404, offer, _not_offered(api, offer)))
@@ -117,6 +132,7 @@ def _sidecar(
         timeout=duration(timeout_ms),
         processing_mode=mode,
         metadata=[{"key": k, "value": v} for k, v in metadata],
+        headers=[_REQUEST_ID],
     )
 
 
@@ -133,6 +149,7 @@ def _provider(api: str, path: str, cluster: str, index: int, model: ProviderMode
         cluster=cluster,
         timeout=duration(LLM_TIMEOUT_MS),
         prefix_rewrite=None if rewritten == match.get("path", match.get("prefix")) else rewritten,
+        headers=[_REQUEST_ID],
     )
 
 
@@ -164,4 +181,9 @@ def _header(key: str, value: str) -> dict[str, Any]:
     return {"header": {"key": key, "value": value}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
 
 
-__all__ = ["MODELS_PATH", "error_body", "route_configuration", "route_table"]
+# One request id end to end: Envoy's x-request-id (generated at the listener, passed upstream,
+# written in the access log) is also the x-typesafe-request-id the official SDK reads.
+_REQUEST_ID = _header(names.TYPESAFE_REQUEST_ID, "%REQ(x-request-id)%")
+
+
+__all__ = ["MODELS_PATH", "SYSTEMONE_MODELS_PATH", "error_body", "route_configuration", "route_table"]

@@ -60,8 +60,12 @@ class SidecarData:
                 elif model in self._providers:
                     models[model] = self._shared(("provider", model), {"provider": model})
                     providers.append(model)
+        auth = offer.listener.auth
         return {
             "listener": offer.name,
+            # Where the listener's keys are (an environment variable or a file of the sidecar's),
+            # never the keys themselves: this data travels over the plaintext ADS port.
+            **({"auth": auth.model_dump(exclude_none=True)} if auth is not None else {}),
             "apis": apis,
             "models": models,
             "deployments": {name: self._deployments[name] for name in dict.fromkeys(deployments)},

@@ -1,4 +1,4 @@
-"""Envoy templates: YAML documents in ``envoy_templates/``, loaded once and filled as data.
+"""Envoy templates: YAML documents in ``sr_control/envoy_templates/``, loaded once and filled as data.
 
 A template is a tree of mappings, lists and scalars. A scalar that is exactly ``$name`` is
 replaced by the value given for ``name`` (a number, a mapping, a list: data, never text), and
@@ -10,7 +10,8 @@ name fails at once instead of leaving ``$nme`` for Envoy to reject.
     fill("route/local_reply", name=..., match=..., status=404, body=..., headers=[...]) -> dict
 
 Each template is compiled once into a builder; parts without placeholders are shared between
-fills, so a filled tree is read, never modified.
+fills, so a filled tree is read, never modified. The templates are package data, read through
+``importlib.resources``, so an installed wheel finds them as a checkout does.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from functools import cache
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
 import yaml
 
-TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "envoy_templates"
+TEMPLATES_PACKAGE = "sr_control.envoy_templates"
 
 _WHOLE = re.compile(r"^\$([a-z_][a-z0-9_]*)$")
 _INLINE = re.compile(r"\$\{([a-z_][a-z0-9_]*)\}")
@@ -121,14 +123,21 @@ def _params(node: Any) -> set[str]:
     return set()
 
 
+def template_files() -> list[Traversable]:
+    """The template documents, by name."""
+    folder = resources.files(TEMPLATES_PACKAGE)
+    return sorted((f for f in folder.iterdir() if f.name.endswith(".yaml")), key=lambda f: f.name)
+
+
 @cache
-def templates(directory: Path = TEMPLATES_DIR) -> Mapping[str, Template]:
+def templates() -> Mapping[str, Template]:
     """Every template as ``file/key`` (``route/local_reply``), read once per process."""
     out: dict[str, Template] = {}
-    for path in sorted(directory.glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    for file in template_files():
+        stem = file.name.removesuffix(".yaml")
+        doc = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
         for key, tree in doc.items():
-            out[f"{path.stem}/{key}"] = Template(f"{path.stem}/{key}", tree)
+            out[f"{stem}/{key}"] = Template(f"{stem}/{key}", tree)
     return out
 
 
@@ -136,8 +145,8 @@ def fill(template_name: str, /, **values: Any) -> Any:
     try:
         template = templates()[template_name]
     except KeyError:
-        raise TemplateError(f"no template {template_name!r} in {TEMPLATES_DIR} (have: {', '.join(templates())})") from None
+        raise TemplateError(f"no template {template_name!r} in {TEMPLATES_PACKAGE} (have: {', '.join(templates())})") from None
     return template.fill(values)
 
 
-__all__ = ["TEMPLATES_DIR", "Template", "TemplateError", "fill", "templates"]
+__all__ = ["TEMPLATES_PACKAGE", "Template", "TemplateError", "fill", "template_files", "templates"]

@@ -7,10 +7,11 @@ share a ``model``: the name then denotes all of them, and the router picks among
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from sr_control.apis import REGISTRY, UnknownApiError
-from sr_control.apis.registry import ModelKind
+from sr_control.apis.registry import Api, ModelKind
 from sr_control.config.model import RouterConfig
 
 
@@ -18,9 +19,18 @@ from sr_control.config.model import RouterConfig
 class ModelCatalog:
     llm: tuple[str, ...]
     decision: tuple[str, ...]
+    formats: Mapping[str, str] = field(default_factory=dict)  # LLM model -> its API's registered name
 
     def of_kind(self, kind: ModelKind) -> tuple[str, ...]:
         return self.llm if kind == "llm" else self.decision
+
+    def serving(self, api: Api) -> tuple[str, ...]:
+        """The models an API serves when a listener lists none: every decision model for
+        systemone; for an LLM API, the LLM models of its own format (a model of another format
+        would need translating, which the router does not do)."""
+        if api.kind == "decision":
+            return self.decision
+        return tuple(m for m in self.llm if self.formats.get(m) == api.name)
 
     def kind(self, name: str) -> ModelKind | None:
         if name in self.llm:
@@ -40,14 +50,17 @@ def api_kind(api_format: str) -> ModelKind | None:
 def catalog(config: RouterConfig) -> ModelCatalog:
     llm: list[str] = []
     decision: list[str] = []
+    formats: dict[str, str] = {}
     for model in config.providers.models:
         target = llm if api_kind(model.api_format) == "llm" else decision
         if api_kind(model.api_format) is not None and model.name not in target:
             target.append(model.name)
+            if target is llm:
+                formats[model.name] = REGISTRY.canonical(model.api_format)
     for deployment in config.deployments.values():
         if deployment.model not in decision:
             decision.append(deployment.model)
     for pool in config.pools:
         if pool not in decision:
             decision.append(pool)
-    return ModelCatalog(tuple(llm), tuple(decision))
+    return ModelCatalog(tuple(llm), tuple(decision), formats)

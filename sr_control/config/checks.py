@@ -194,6 +194,9 @@ def _check_apis(ctx: Context, loc: Loc, apis: dict, models) -> Iterator[Finding]
                 yield here + ("models", j), f"unknown model {model!r} ({api.kind} models: {offered})"
             elif kind != api.kind:
                 yield here + ("models", j), f"{model!r} is {'an LLM' if kind == 'llm' else 'a decision'} model; {api.name} serves {api.kind} models"
+            elif kind == "llm" and models.formats.get(model) != api.name:
+                # The router forwards LLM requests as they are; it does not translate formats.
+                yield here + ("models", j), f"{model!r} speaks {models.formats.get(model)}, not {api.name}; list it under {models.formats.get(model)} (the router does not translate between LLM formats)"
 
 
 CHECKS: tuple[Check, ...] = (

@@ -23,7 +23,7 @@ def explain(config: RouterConfig) -> dict[str, Any]:
         apis = []
         for name, settings in offered_apis(listener):
             api = REGISTRY.get(name)
-            served = settings.models if settings.models is not None else list(models.of_kind(api.kind))
+            served = settings.models if settings.models is not None else list(models.serving(api))
             apis.append(
                 {
                     "api": name,

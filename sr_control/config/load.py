@@ -3,9 +3,11 @@
     load(path) -> RouterConfig            raises ConfigError (all problems) or ConfigUnreadable
     validate_text(text, file) -> Report   never raises for a bad file
 
-An older format version is migrated in memory (with a warning that says how to migrate the
-file); a newer one is refused. Each top-level section, and each listener, deployment and
-provider model, is validated on its own so that one broken entry does not hide the others.
+One pipeline, in ``validate_text``, top to bottom: source text -> marked document
+(``marked.py``) -> the current format (an older one migrated in memory by ``source.py``'s
+steps, with a warning that says how to migrate the file; a newer one refused) -> the validated
+model. Each top-level section, and each listener, deployment and provider model, is validated
+on its own so that one broken entry does not hide the others.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from sr_control.config import checks
+from sr_control.config import checks, source
 from sr_control.config.errors import ConfigError, ConfigUnreadable, Loc, Problem
 from sr_control.config.model import (
     CURRENT_VERSION,
@@ -81,27 +83,68 @@ def load_text(text: str, file: str = "<config>") -> RouterConfig:
 
 
 def validate_text(text: str, file: str) -> Report:
+    """The reading pipeline, one stage after the other; never raises for a bad file."""
     report = Report(file)
+    # 1. Source text -> marked document: plain data, and where each value was written.
     try:
         marked = read(text, file)
     except YamlSyntaxError as exc:
         report.problems.append(exc.problem)
         return report
-
-    def problem(loc: Loc, message: str, *, at_key: bool = False, severity: str = "error") -> None:
-        line, col = marked.position(loc, at_key=at_key)
-        report.problems.append(Problem(file, line, col, loc, message, severity))  # type: ignore[arg-type]
-
-    if not isinstance(marked.data, dict):
-        problem((), f"a router config is a mapping of sections ({', '.join(_SECTIONS)}), not a {type(marked.data).__name__}")
-        return report
-
-    current = _current_format(marked, text, file, problem)
+    # 2. -> the current format: an older one is migrated in memory, its marks kept.
+    current = _current_format(marked, text, file, _Problems(report, marked))
     if current is None:
         return report
-    marked = current
-    data = marked.data
+    # 3. -> the validated model, every problem placed by the marks of the migrated document.
+    _validate(current.data, _Problems(report, current))
+    _tidy(report)
+    if report.valid:
+        report.config = RouterConfig.model_validate(current.data | {"version": CURRENT_VERSION})
+    return report
 
+
+@dataclass
+class _Problems:
+    """Adds problems to a report, each placed at its line and column in one marked document."""
+
+    report: Report
+    marked: Marked
+
+    def __call__(self, loc: Loc, message: str, *, at_key: bool = False, severity: str = "error") -> None:
+        line, col = self.marked.position(loc, at_key=at_key)
+        self.report.problems.append(Problem(self.report.file, line, col, loc, message, severity))  # type: ignore[arg-type]
+
+
+def _current_format(marked: Marked, text: str, file: str, problem: _Problems) -> Marked | None:
+    """The document in the current format, or None (with a problem) when it cannot be."""
+    if not isinstance(marked.data, dict):
+        problem((), f"a router config is a mapping of sections ({', '.join(_SECTIONS)}), not a {type(marked.data).__name__}")
+        return None
+    version = marked.data.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        problem(("version",), f"version must be a whole number from 1 to {CURRENT_VERSION}, not {version!r}")
+        return None
+    if version > CURRENT_VERSION:
+        problem(
+            ("version",),
+            f"config format {version} is newer than this vllm-sr understands (formats 1 to {CURRENT_VERSION}); upgrade vllm-sr",
+        )
+        return None
+    if version == CURRENT_VERSION:
+        return marked
+    problem(
+        ("version",) if "version" in marked.data else (),
+        f"config format {version} is out of date; read as format {CURRENT_VERSION}. "
+        f"Run `vllm-sr config migrate --in-place {file}` to update the file",
+        severity="warning",
+    )
+    # Migration steps edit ruamel.yaml's round-trip tree, which keeps each moved value's mark.
+    return from_round_trip(source.upgrade(source.parse(text, file), version))
+
+
+def _validate(data: dict[str, Any], problem: _Problems) -> None:
+    """Each section, and each entry in it, on its own (one broken entry must not hide the
+    others), then the rules that span the whole file."""
     for key in data:
         if key not in _SECTIONS:
             problem((key,), f"unknown section {key!r} (sections: {', '.join(_SECTIONS)})", at_key=True)
@@ -126,6 +169,8 @@ def validate_text(text: str, file: str) -> Report:
     for loc, message in checks.run_checks(ctx):
         problem(loc, message)
 
+
+def _tidy(report: Report) -> None:
     report.problems.sort(key=lambda p: (p.line, p.column, p.severity != "error"))
     # A field moved by an in-memory migration can fail once per copy (one listener ``models``
     # becomes four APIs' lists): say it once, where the user wrote it.
@@ -136,35 +181,6 @@ def validate_text(text: str, file: str) -> Report:
             seen.add((p.line, p.column, p.message))
             unique.append(p)
     report.problems = unique
-    if report.valid:
-        report.config = RouterConfig.model_validate(data | {"version": CURRENT_VERSION})
-    return report
-
-
-def _current_format(marked: Marked, text: str, file: str, problem: Any) -> Marked | None:
-    """The document in the current format, or None (with a problem) when it cannot be."""
-    from sr_control.config import migrate, source  # migrations import the loader's helpers
-
-    version = marked.data.get("version", 1)
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        problem(("version",), f"version must be a whole number from 1 to {CURRENT_VERSION}, not {version!r}")
-        return None
-    if version > CURRENT_VERSION:
-        problem(
-            ("version",),
-            f"config format {version} is newer than this vllm-sr understands (formats 1 to {CURRENT_VERSION}); upgrade vllm-sr",
-        )
-        return None
-    if version == CURRENT_VERSION:
-        return marked
-    problem(
-        ("version",) if "version" in marked.data else (),
-        f"config format {version} is out of date; read as format {CURRENT_VERSION}. "
-        f"Run `vllm-sr config migrate --in-place {file}` to update the file",
-        severity="warning",
-    )
-    # Migration steps edit ruamel.yaml's round-trip tree, which keeps each moved value's mark.
-    return from_round_trip(migrate.upgrade(source.parse(text, file), version))
 
 
 def _errors(exc: ValidationError, prefix: Loc, problem: Any) -> None:

@@ -1,79 +1,24 @@
-"""Versioned config migrations: one file per step under ``migrations/``, applied in order.
+"""``vllm-sr config migrate``: a file rewritten in the current format, checked before and after.
 
-A step module defines ``FROM_VERSION``, ``TO_VERSION`` (= FROM_VERSION + 1), ``SUMMARY`` and
-``apply(doc) -> list[str]``, which edits the ruamel round-trip tree in place (so comments, key
-order and quoting survive) and returns one note per change. An unversioned file is format 1.
+The steps themselves (``sr_control/migrations/``, one module per format change) and the round-trip YAML they
+edit are in ``source.py``; reading any format for validation is ``load.py``'s pipeline, which
+this module uses on both the input and the result, so a migration never writes a file that
+would not load.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from collections import Counter
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
-from types import ModuleType
-from typing import Any
-
 
 from sr_control.config.errors import ConfigError, Problem
+from sr_control.config.load import validate_text
+from sr_control.config.marked import YamlSyntaxError
 from sr_control.config.model import CURRENT_VERSION
-from sr_control.config.source import YamlSyntaxError, dump, parse
-
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
-
-
-@dataclass(frozen=True)
-class Step:
-    from_version: int
-    to_version: int
-    summary: str
-    module: ModuleType
-
-    def apply(self, doc: Any) -> list[str]:
-        return list(self.module.apply(doc))
-
-
-@cache
-def steps() -> tuple[Step, ...]:
-    """The step chain, checked: consecutive versions from 1 up to the current format."""
-    found = []
-    for path in sorted(MIGRATIONS_DIR.glob("[0-9][0-9][0-9][0-9]_*.py")):
-        spec = importlib.util.spec_from_file_location(f"sr_migrations.{path.stem}", path)
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        found.append(Step(module.FROM_VERSION, module.TO_VERSION, module.SUMMARY, module))
-    chain = [(s.from_version, s.to_version) for s in found]
-    expected = [(v, v + 1) for v in range(1, CURRENT_VERSION)]
-    if chain != expected:
-        raise RuntimeError(f"migrations in {MIGRATIONS_DIR} form {chain}, expected {expected}")
-    return tuple(found)
-
-
-def file_version(doc: Any) -> int:
-    return doc.get("version", 1) if isinstance(doc, dict) else 1
-
-
-def upgrade(doc: Any, version: int, notes: list[str] | None = None) -> Any:
-    """Apply every step from ``version`` to the current format, in place; returns ``doc``."""
-    for step in steps():
-        if step.from_version >= version:
-            for note in step.apply(doc):
-                if notes is not None:
-                    notes.append(f"{step.from_version} -> {step.to_version}: {note}")
-    if version < CURRENT_VERSION:
-        _set_version(doc, CURRENT_VERSION)
-    return doc
-
-
-def _set_version(doc: Any, version: int) -> None:
-    if "version" in doc:
-        doc["version"] = version
-    else:
-        doc.insert(0, "version", version)
+from sr_control.config.source import dump, file_version, parse, steps, upgrade
 
 
 @dataclass
@@ -99,8 +44,6 @@ class MigrationRefused(Exception):
 
 def migrate_text(text: str, file: str) -> Migration:
     """Migrate ``text``; raises ConfigError when the result would not validate."""
-    from sr_control.config.load import validate_text
-
     try:
         doc = parse(text, file)
     except YamlSyntaxError as exc:
@@ -175,3 +118,6 @@ def write_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+__all__ = ["Migration", "MigrationRefused", "guess_indent", "migrate_text", "steps", "upgrade", "write_atomic"]

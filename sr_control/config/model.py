@@ -10,7 +10,7 @@ import ipaddress
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 CURRENT_VERSION = 2
 
@@ -96,12 +96,29 @@ class ApiSettings(_Section):
     max_deadline_ms: int | None = Field(default=None, gt=0, le=3_600_000)
 
 
+class ListenerAuth(_Section):
+    """Where a listener's bearer keys are, by reference: the keys never enter the config, the
+    compiled resources or the ADS stream. Exactly one of the two."""
+
+    keys_env: EnvVar | None = None  # an environment variable of the sidecar: keys separated by commas or whitespace
+    keys_file: str | None = Field(default=None, min_length=1)  # a file the sidecar reads: one key per line, '#' comments
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ListenerAuth:
+        if (self.keys_env is None) == (self.keys_file is None):
+            raise ValueError("give exactly one of keys_env and keys_file")
+        if self.keys_file is not None and not self.keys_file.startswith("/"):
+            raise ValueError(f"keys_file {self.keys_file!r} must be an absolute path (the sidecar reads it, from its own working directory)")
+        return self
+
+
 class Listener(_Section):
     name: ListenerName
     address: Annotated[str, AfterValidator(_address)] = "0.0.0.0"
     port: int = Field(ge=1, le=65535)
-    # None: the four LLM APIs for every LLM model, System One off (seed 000).
+    # None: the four LLM APIs for their LLM models, System One off (seed 000).
     apis: dict[str, ApiSettings] | None = None
+    auth: ListenerAuth | None = None
 
 
 class RouterConfig(_Section):

@@ -1,12 +1,27 @@
-"""Round-trip YAML for ``config migrate``: comments, key order and quoting survive an edit.
+"""The config as its author wrote it: round-trip YAML, and the steps that bring it up to date.
 
-Reading for validation goes through ``marked.py`` (libyaml, much faster); this module is used
-only when a file must be written back, or when an old format is migrated in memory.
+Reading for validation goes through ``marked.py`` (libyaml, much faster). This module is used
+when a file must be written back (``config migrate``) or an older format is read: ruamel.yaml's
+round-trip tree keeps comments, key order, quoting and where each value was written, so a
+migrated file keeps its author's layout and a problem found after an in-memory migration points
+at the author's own line.
+
+Migration steps are one module each in ``sr_control/migrations/`` (docs/config/migration.md),
+found as package data so that an installed wheel migrates as a checkout does. A step
+module defines ``FROM_VERSION``, ``TO_VERSION`` (= FROM_VERSION + 1), ``SUMMARY`` and
+``apply(doc) -> list[str]``, which edits the round-trip tree in place and returns one note per
+change. An unversioned file is format 1.
 """
 
 from __future__ import annotations
 
+import importlib
 import io
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from types import ModuleType
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -15,6 +30,10 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from sr_control.config.errors import Problem
 from sr_control.config.marked import YamlSyntaxError
+from sr_control.config.model import CURRENT_VERSION
+
+MIGRATIONS_PACKAGE = "sr_control.migrations"
+_STEP_FILE = re.compile(r"^([0-9]{4}_[a-z0-9_]+)\.py$")
 
 
 def round_trip_yaml() -> YAML:
@@ -46,3 +65,51 @@ def dump(doc: Any, *, indent: tuple[int, int, int] | None = None) -> str:
     out = io.StringIO()
     yaml.dump(doc, out)
     return out.getvalue()
+
+
+@dataclass(frozen=True)
+class Step:
+    from_version: int
+    to_version: int
+    summary: str
+    module: ModuleType
+
+    def apply(self, doc: Any) -> list[str]:
+        return list(self.module.apply(doc))
+
+
+@cache
+def steps() -> tuple[Step, ...]:
+    """The step chain, checked: consecutive versions from 1 up to the current format."""
+    names = sorted(m[1] for f in resources.files(MIGRATIONS_PACKAGE).iterdir() if (m := _STEP_FILE.match(f.name)))
+    found = []
+    for name in names:
+        module = importlib.import_module(f"{MIGRATIONS_PACKAGE}.{name}")
+        found.append(Step(module.FROM_VERSION, module.TO_VERSION, module.SUMMARY, module))
+    chain = [(s.from_version, s.to_version) for s in found]
+    expected = [(v, v + 1) for v in range(1, CURRENT_VERSION)]
+    if chain != expected:
+        raise RuntimeError(f"migrations in {MIGRATIONS_PACKAGE} form {chain}, expected {expected}")
+    return tuple(found)
+
+
+def file_version(doc: Any) -> int:
+    return doc.get("version", 1) if isinstance(doc, dict) else 1
+
+
+def upgrade(doc: Any, version: int, notes: list[str] | None = None) -> Any:
+    """Apply every step from ``version`` to the current format, in place; returns ``doc``."""
+    for step in steps():
+        if step.from_version >= version:
+            for note in step.apply(doc):
+                if notes is not None:
+                    notes.append(f"{step.from_version} -> {step.to_version}: {note}")
+    if version < CURRENT_VERSION:
+        if "version" in doc:
+            doc["version"] = CURRENT_VERSION
+        else:
+            doc.insert(0, "version", CURRENT_VERSION)
+    return doc
+
+
+__all__ = ["MIGRATIONS_PACKAGE", "Step", "dump", "file_version", "parse", "round_trip_yaml", "steps", "upgrade"]

@@ -20,7 +20,8 @@ import yaml
 
 from sr_control.systemone import fieldtypes
 
-SPEC_DIR = "config/schemas/systemone"
+# Package data; ``vllm-sr schemas`` reads it under a root (a checkout, or site-packages).
+SPEC_DIR = "sr_control/schemas/systemone"
 STANDARD_FILE = "systemone-0.2.schema.yaml"
 EXTENSIONS_FILE = "vllm-sr-5.0.extensions.yaml"
 LEGACY_FILE = "vllm-sr-4.0.openapi.yaml"

@@ -1,4 +1,5 @@
-"""The status port: ``GET /status`` (JSON), ``GET /metrics`` (Prometheus), ``GET /healthz``."""
+"""The status port: ``GET /status`` (JSON), ``GET /metrics`` (Prometheus), ``GET /healthz``
+(readiness: a version is served) and ``GET /livez`` (liveness: edits are still read)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ class StatusServer:
         status: Callable[[], dict[str, Any]],
         metrics: Callable[[], bytes],
         serving: Callable[[], bool],
+        alive: Callable[[], bool],
+        not_ready: str = "no valid config yet",
+        not_alive: str = "config watch stopped: edits are no longer read",
     ) -> None:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -37,9 +41,14 @@ class StatusServer:
                 elif path == "/healthz":
                     # Ready once a version is served: an Envoy connecting now gets a config.
                     ok = serving()
-                    self._send(200 if ok else 503, "text/plain", b"serving\n" if ok else b"no valid config yet\n")
+                    self._send(200 if ok else 503, "text/plain", b"serving\n" if ok else not_ready.encode() + b"\n")
+                elif path == "/livez":
+                    # A process that no longer reads edits would serve a stale config forever:
+                    # restarting it is the cure, so liveness fails.
+                    ok = alive()
+                    self._send(200 if ok else 503, "text/plain", b"alive\n" if ok else not_alive.encode() + b"\n")
                 else:
-                    self._send(404, "application/json", b'{"detail":"try /status, /metrics or /healthz"}\n')
+                    self._send(404, "application/json", b'{"detail":"try /status, /metrics, /healthz or /livez"}\n')
 
             def _send(self, code: int, content_type: str, body: bytes) -> None:
                 self.send_response(code)

@@ -19,7 +19,7 @@ class Metrics:
         )
         self.reloads = Counter(
             "vsr_config_reload",
-            "Config reloads by result: ok (a new version is served), unchanged (same resources), invalid, unreadable.",
+            "Config reloads by result: ok (a new version is served), unchanged (same resources), invalid, unreadable, error (unexpected; traceback in the log).",
             ["result"],
             registry=self.registry,
         )

@@ -2,13 +2,15 @@
 
 Only a config that passes every step is published, as one new version; a failure at any step
 is logged with file, line and field, recorded as the last error, and the version already served
-stays served.
+stays served. An error nobody expected (a bug: a template lookup, a type error in conversion) is
+handled the same way, as result ``error``, with its traceback in the log.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
+import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,7 +25,7 @@ from sr_control.xds.cache import ALL_NODES, SnapshotCache
 from sr_control.xds.metrics import Metrics
 from sr_control.xds.snapshot import Snapshot
 
-Result = Literal["ok", "unchanged", "invalid", "unreadable"]
+Result = Literal["ok", "unchanged", "invalid", "unreadable", "error"]
 _log = log.get_logger("vllm_sr.xds")
 
 
@@ -57,7 +59,10 @@ class Reloader:
 
     def reload(self) -> Outcome:
         with self._lock:
-            outcome = self._reload()
+            try:
+                outcome = self._reload()
+            except Exception as exc:  # noqa: BLE001 - whatever it is, the version served stays served
+                outcome = self._failed(exc)
         self.metrics.reloads.labels(result=outcome.result).inc()
         self.last_reload = {"result": outcome.result, "at": _now(), "version": outcome.version}
         return outcome
@@ -108,6 +113,13 @@ class Reloader:
             listeners=len(snapshot.resources[LISTENER]),
         )
         return Outcome("ok", snapshot.version)
+
+    def _failed(self, exc: Exception) -> Outcome:
+        # Read the same text again on the next change: the fault may lie outside the file.
+        self._text_digest = None
+        _log.error("config reload failed unexpectedly", file=str(self.path), exception=traceback.format_exc())
+        message = f"unexpected error (a bug in vllm-sr; the traceback is in its log): {type(exc).__name__}: {exc}"
+        return self._reject("error", [{"file": str(self.path), "line": 0, "column": 0, "field": "", "message": message}])
 
     def _reject(self, result: Result, problems: list[dict[str, Any]]) -> Outcome:
         served = self.snapshot.version if self.snapshot else None

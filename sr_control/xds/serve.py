@@ -20,7 +20,7 @@ from sr_control.xds.http import StatusServer
 from sr_control.xds.ledger import Ledger
 from sr_control.xds.metrics import Metrics
 from sr_control.xds.reload import Reloader
-from sr_control.xds.server import AdsService, make_server
+from sr_control.xds.server import MAX_STREAMS, AdsService, make_server
 from sr_control.xds.watch import FileWatch
 
 _log = log.get_logger("vllm_sr.xds")
@@ -36,13 +36,14 @@ class ControlPlane:
         port: int = 18000,
         status_port: int = 18001,
         poll_interval: float = 0.025,
+        max_streams: int = MAX_STREAMS,
     ) -> None:
         self.config = config
         self.cache = SnapshotCache()
         self.ledger = Ledger()
         self.metrics = Metrics()
         self.reloader = Reloader(config, settings, self.cache, self.metrics)
-        self.service = AdsService(self.cache, Hooks.chain(self.ledger.hooks(), self.metrics.hooks()))
+        self.service = AdsService(self.cache, Hooks.chain(self.ledger.hooks(), self.metrics.hooks()), max_streams=max_streams)
         self._host = host
         self._port = port
         self._status_port = status_port
@@ -65,6 +66,7 @@ class ControlPlane:
                     status=self.status,
                     metrics=self.metrics.text,
                     serving=lambda: self.reloader.snapshot is not None,
+                    alive=self._watch.alive,
                 )
             except OSError as exc:
                 raise OSError(f"cannot listen on {self._host}:{self._status_port}: {exc.strerror}") from None
@@ -85,7 +87,9 @@ class ControlPlane:
             self._grpc.stop(grace=0.1).wait()
 
     def status(self) -> dict[str, Any]:
-        return self.reloader.status() | {"nodes": self.ledger.nodes()}
+        streams = {"max": self.service.max_streams, "refused": self.service.refused}
+        watch = "running" if self._watch.alive() else "stopped"
+        return self.reloader.status() | {"watch": watch, "streams": streams, "nodes": self.ledger.nodes()}
 
 
 __all__ = ["ControlPlane"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from sr_control.compiler.consistency import consistent
-from sr_control.compiler.resources import Resource, Resources
+from sr_control.compiler.resources import Resources
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,10 +29,3 @@ class Snapshot:
 
     def type_version(self, type_url: str) -> str:
         return self.resources.type_version(type_url)
-
-    def select(self, type_url: str, names: frozenset[str]) -> list[Resource]:
-        """The resources of a type; only the named ones when ``names`` is not empty."""
-        if not names:
-            return list(self.resources[type_url])
-        named = self.resources.named(type_url)
-        return [named[n] for n in sorted(names) if n in named]

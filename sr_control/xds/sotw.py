@@ -1,90 +1,60 @@
 """A state-of-the-world ADS stream, without gRPC: requests and pushes in, responses out.
 
-Rules (Envoy's xDS protocol):
+Rules (Envoy's xDS protocol), on top of the order every stream keeps (``stream.py``):
 
-- A request whose ``response_nonce`` is not the last one sent for its type is stale (a newer
-  response is on its way) and is ignored.
-- A request with ``error_detail`` is a NACK: it is reported, and nothing is resent until a new
-  snapshot arrives: resending the version Envoy just refused would only be refused again.
-- The first request of a type is answered when the snapshot differs from the version Envoy says
-  it holds: after a control-plane restart an unchanged config sends nothing.
-- A type is answered again when its version changes (through a watch) or when the requested
-  names change (Envoy asks for a new listener's routes).
+- A request whose ``response_nonce`` is not the response awaited is stale (it answers an older
+  one) and is ignored.
+- A request with ``error_detail`` is a NACK: it is reported, and what was refused is not sent
+  again until the snapshot moves on.
+- The first request of a type says which version the node holds: when that is the version
+  served, nothing is sent (a control-plane restart with an unchanged config sends nothing).
+- Listeners and clusters are wildcard: every resource. Other types (routes, sidecar data) are
+  sent for the names requested, and again when the names change.
+- Every response carries the whole state of its type; a cluster kept until nothing names it
+  is resent with it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from envoy.service.discovery.v3 import discovery_pb2
 
-from sr_control.xds.cache import SnapshotCache
-from sr_control.xds.hooks import Hooks, StreamInfo
+from sr_control.compiler.protos import CLUSTER, LISTENER
 from sr_control.xds.snapshot import Snapshot
-from sr_control.xds.stream import Push, Stream
+from sr_control.xds.stream import Held, Stream, TypeState
 
-
-@dataclass(frozen=True, slots=True)
-class Sent:
-    version: str
-    nonce: str
-    names: frozenset[str]
+# Types whose empty resource list means "everything" (the legacy wildcard of the protocol).
+_LEGACY_WILDCARD = frozenset({LISTENER, CLUSTER})
 
 
 class SotwStream(Stream):
-    def __init__(self, info: StreamInfo, cache: SnapshotCache, hooks: Hooks, push: Push) -> None:
-        super().__init__(info, cache, hooks, push)
-        self._sent: dict[str, Sent] = {}
-        self._names: dict[str, frozenset[str]] = {}
-
     def on_request(self, req: discovery_pb2.DiscoveryRequest) -> list[discovery_pb2.DiscoveryResponse]:
         self._open(req)
         t = req.type_url
-        sent = self._sent.get(t)
-        names = frozenset(req.resource_names) - {"*"}
-        if req.response_nonce and (sent is None or req.response_nonce != sent.nonce):
-            return []
-        self._names[t] = names
+        names = set(req.resource_names)
+        wildcard = "*" in names or (not names and t in _LEGACY_WILDCARD)
+        names.discard("*")
+        state = self._types.get(t)
+        if req.response_nonce:
+            if state is None or req.response_nonce != state.nonce:
+                return []  # stale: a newer response is on its way
+            # An ACK or NACK of the response awaited, or, when that was settled, new names
+            # (Envoy asks for a new listener's routes under the last nonce of the type).
+            self._answered(t, req.response_nonce, req.error_detail.message if req.HasField("error_detail") else None)
+            if (wildcard, names) != (state.wildcard, state.names):
+                state.wildcard, state.names, state.answer_due = wildcard, names, True
+            return self._advance()
+        # A first request, or a node starting the type afresh: it says which version it holds.
+        if self._pending is not None and self._pending.type_url == t:
+            self._pending = None  # the node dropped that response: it will not answer it
+        state = self._types[t] = TypeState(wildcard, names, answer_due=True)
         snapshot = self._cache.snapshot(self.info.node)
-        if sent is not None and req.response_nonce:
-            if req.HasField("error_detail"):
-                self._hooks.nacked(self.info, t, sent.version, req.error_detail.message)
-            else:
-                self._hooks.acked(self.info, t, sent.version)
-            if snapshot is not None and names != sent.names:
-                return [self._respond(t, snapshot)]
-            self._watch(t, sent.version)
-            return []
-        if sent is None:
-            # First request of this type on this stream: Envoy says what it already holds.
-            if req.version_info and snapshot is not None and snapshot.type_version(t) == req.version_info:
-                self._hooks.resumed(self.info, t, req.version_info)
-            if snapshot is not None and snapshot.type_version(t) != req.version_info:
-                return [self._respond(t, snapshot)]
-            self._watch(t, req.version_info)
-            return []
-        # A request without a nonce after we have answered: a client restarting the type.
-        return [self._respond(t, snapshot)] if snapshot is not None else []
+        if snapshot is not None and req.version_info and req.version_info == snapshot.type_version(t):
+            state.held = self._want(t, state, snapshot, final=True)
+            state.answer_due = False
+            self._hooks.resumed(self.info, t, req.version_info)
+        return self._advance()
 
-    def on_push(self, type_url: str) -> list[discovery_pb2.DiscoveryResponse]:
-        """A watch fired: the snapshot changed since this type was last sent."""
-        self._fired(type_url)
-        snapshot = self._cache.snapshot(self.info.node)
-        if snapshot is None:
-            return []
-        return [self._respond(type_url, snapshot)]
-
-    def _respond(self, t: str, snapshot: Snapshot) -> discovery_pb2.DiscoveryResponse:
-        self._cancel(t)
-        names = self._names.get(t, frozenset())
-        version = snapshot.type_version(t)
-        nonce = self._next_nonce()
-        self._sent[t] = Sent(version, nonce, names)
-        response = discovery_pb2.DiscoveryResponse(
-            version_info=version,
-            type_url=t,
-            nonce=nonce,
-            resources=[r.packed for r in snapshot.select(t, names)],
-        )
-        self._hooks.pushed(self.info, t, version, nonce)
-        return response
+    def _response(self, t: str, version: str, nonce: str, state: TypeState, want: Held, snapshot: Snapshot) -> discovery_pb2.DiscoveryResponse:
+        resources = [r for r in (self._resource(t, name, snapshot) for name in sorted(want)) if r is not None]
+        self._remember(t, resources)
+        return discovery_pb2.DiscoveryResponse(version_info=version, type_url=t, nonce=nonce, resources=[r.packed for r in resources])

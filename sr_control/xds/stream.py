@@ -1,30 +1,116 @@
-"""What every ADS stream keeps, whatever its protocol: the node, its hooks and one watch per type.
+"""What every ADS stream does, whatever its protocol: move its node to the served snapshot.
 
-The state-of-the-world and delta streams differ in what they send; they open, watch the
-snapshot cache and close the same way, here.
+A stream knows, per type, what its node subscribed to and which version of each resource the
+node holds. When the snapshot changes (or the node asks for something new) it sends one
+response and waits for the node's ACK or NACK before the next, in make-before-break order
+(Envoy's "eventual consistency considerations" for xDS):
+
+1. clusters, new and changed only: a cluster the node holds stays until nothing names it;
+2. listeners;
+3. the sidecar data (``sidecar/<listener>``), new and changed only;
+4. routes, once every sidecar stream holds the data of the version they carry;
+5. then the removals held back in 1 and 3: clusters, and sidecar data once every Envoy holds
+   the routes that no longer name it.
+
+Envoy holds back its ACK of a cluster update until the new clusters are warm (health checked,
+resolved), so a route never reaches Envoy before the cluster it names can take traffic.
+
+Steps 4 and 5 wait on other streams (a sidecar is a node of its own); that wait is bounded by
+``gate_wait``, after which the step goes out and a warning names the nodes that lagged, so one
+stuck node never holds every other back. The state-of-the-world and delta streams differ only
+in how they read requests and write responses; both are in this base class's terms.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
+from sr_control import log
+from sr_control.compiler.protos import CLUSTER, PUSH_ORDER, ROUTE, SIDECAR, TYPE_NAMES
+from sr_control.compiler.resources import Resource, digest
 from sr_control.xds.cache import SnapshotCache
 from sr_control.xds.hooks import Hooks, StreamInfo
+from sr_control.xds.snapshot import Snapshot
 
-Push = Callable[[str], None]  # asks the stream's loop to call on_push(type_url)
+Push = Callable[[], None]  # asks the stream's loop to call on_push()
+Held = dict[str, str]  # resource name -> version
+
+# Resources that other resources name: new ones go first, stale ones last.
+NAMED_BY_OTHERS = frozenset({CLUSTER, SIDECAR})
+# How long a route push waits for the sidecars to hold its data, and a sidecar-data removal for
+# the Envoys to drop the routes that named it. A sidecar that has not got the data in time waits
+# for it on its own (docs/xds/sidecar-versions.md), so this only needs to cover a normal ACK.
+GATE_WAIT = 1.0
+
+_log = log.get_logger("vllm_sr.xds")
+
+
+@dataclass
+class TypeState:
+    """One type on one stream: the subscription and what the node holds."""
+
+    wildcard: bool
+    names: set[str] = field(default_factory=set)
+    held: Held = field(default_factory=dict)
+    # The node asked and is owed an answer even when nothing differs (a SotW first request).
+    answer_due: bool = False
+    # What the node refused since it last accepted this type: not sent again.
+    refused: list[Held] = field(default_factory=list)
+    nonce: str = ""  # of the last response of this type
+
+    def wants(self, name: str) -> bool:
+        return self.wildcard or name in self.names
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    type_url: str
+    nonce: str
+    version: str
+    before: Held  # what the node held before this response
+    sent: Held  # what it holds once it accepts it
 
 
 class Stream:
-    def __init__(self, info: StreamInfo, cache: SnapshotCache, hooks: Hooks, push: Push) -> None:
+    def __init__(self, info: StreamInfo, cache: SnapshotCache, hooks: Hooks, push: Push, gate_wait: float = GATE_WAIT) -> None:
         self.info = info
         self._cache = cache
         self._hooks = hooks
         self._push = push
+        self._gate_wait = gate_wait
         self._nonces = itertools.count(1)
-        self._cancels: dict[str, Callable[[], None]] = {}
+        self._types: dict[str, TypeState] = {}
+        self._pending: Pending | None = None
+        # The resources last sent, by type: a SotW response resends every resource the node keeps.
+        self._sent: dict[str, dict[str, Resource]] = {}
+        self._gate: tuple[tuple[str, str, bool], float] | None = None  # (what waits, deadline)
+        self._timer: threading.Timer | None = None
         self._opened = False
+
+    # -- what the protocols call
+
+    def on_push(self) -> list[Any]:
+        """The snapshot changed, or another stream moved on: send the next step, if any."""
+        return self._advance()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._cache.leave(self.info.id)
+        if self._opened:
+            self._hooks.closed(self.info)
+
+    # -- what the protocols implement
+
+    def _response(self, t: str, version: str, nonce: str, state: TypeState, want: Held, snapshot: Snapshot) -> Any:
+        raise NotImplementedError
+
+    # -- shared steps
 
     def _open(self, req: Any) -> None:
         """On the first request: learn the node (sent once, on the first message) and say so."""
@@ -33,30 +119,127 @@ class Stream:
         if req.HasField("node"):
             self.info.node.CopyFrom(req.node)
         self._opened = True
+        self._cache.join(self.info.node, self.info.id, self._push)
         self._hooks.opened(self.info)
 
-    def _next_nonce(self) -> str:
-        return str(next(self._nonces))
+    def _answered(self, t: str, nonce: str, error: str | None) -> None:
+        """Settle the response ``nonce`` answers, when it is the one awaited."""
+        p = self._pending
+        if p is None or p.nonce != nonce or p.type_url != t:
+            return
+        self._pending = None
+        state = self._types[t]
+        if error is None:
+            state.refused.clear()
+            self._hooks.acked(self.info, t, p.version)
+        else:
+            # The node keeps what it had; resending what it just refused would be refused again.
+            state.held = dict(p.before)
+            state.refused.append(p.sent)
+            self._hooks.nacked(self.info, t, p.version, error)
 
-    def _watch(self, t: str, version: str) -> None:
-        """Replace the type's watch: ``on_push(t)`` runs once the snapshot leaves ``version``."""
-        self._cancel(t)
-        cancel = self._cache.watch(self.info.node, t, version, lambda _snapshot: self._push(t))
-        if cancel is not None:
-            self._cancels[t] = cancel
+    def _advance(self) -> list[Any]:
+        if self._pending is not None:
+            return []  # one step at a time: the node's answer comes first
+        snapshot = self._cache.snapshot(self.info.node)
+        if snapshot is None:
+            return []
+        step = self._next_step(snapshot)
+        if step is None:
+            return []
+        t, want = step
+        return [self._send(t, want, snapshot)]
 
-    def _cancel(self, t: str) -> None:
-        cancel = self._cancels.pop(t, None)
-        if cancel is not None:
-            cancel()
+    def _next_step(self, snapshot: Snapshot) -> tuple[str, Held] | None:
+        # Every step in order, done or not: first each type's make step, then its final one.
+        plan = []
+        for final in (False, True):
+            for t in self._ordered():
+                state = self._types[t]
+                want = self._want(t, state, snapshot, final)
+                done = (want == state.held and not state.answer_due) or want in state.refused
+                plan.append((t, final, want, done))
+        self._cache.report(
+            self.info.id,
+            made={t: snapshot.version for t, final, _, done in plan if done and not final},
+            settled={t: snapshot.version for t, final, _, done in plan if done and final},
+            subscribed=self._types.keys(),
+        )
+        for t, final, want, done in plan:
+            if not done:
+                return (t, want) if self._gate_open(t, final, snapshot) else None
+        self._gate = None
+        return None
 
-    def _fired(self, t: str) -> None:
-        """A watch answers once: forget it without cancelling."""
-        self._cancels.pop(t, None)
+    def _ordered(self) -> Iterator[str]:
+        yield from (t for t in PUSH_ORDER if t in self._types)
+        yield from sorted(t for t in self._types if t not in PUSH_ORDER)
 
-    def close(self) -> None:
-        for cancel in self._cancels.values():
-            cancel()
-        self._cancels.clear()
-        if self._opened:
-            self._hooks.closed(self.info)
+    def _want(self, t: str, state: TypeState, snapshot: Snapshot, final: bool) -> Held:
+        """What the node should hold of ``t``: the snapshot's resources it subscribes to, plus,
+        before the final step, those it holds of a type other resources name."""
+        want = {name: r.version for name, r in snapshot.resources.named(t).items() if state.wants(name)}
+        if not final and t in NAMED_BY_OTHERS:
+            for name, version in state.held.items():
+                want.setdefault(name, version)
+        return want
+
+    def _gate_open(self, t: str, final: bool, snapshot: Snapshot) -> bool:
+        """Whether the other streams are where step ``(t, final)`` needs them (or waited long enough)."""
+        if t == ROUTE and not final:
+            lagging = self._cache.lagging(self.info.node, SIDECAR, snapshot.version, settled=False, exclude=self.info.id)
+        elif t == SIDECAR and final:
+            lagging = self._cache.lagging(self.info.node, ROUTE, snapshot.version, settled=True, exclude=self.info.id)
+        else:
+            return True
+        key = (snapshot.version, t, final)
+        if not lagging:
+            self._gate = None
+            return True
+        now = time.monotonic()
+        if self._gate is None or self._gate[0] != key:
+            self._gate = (key, now + self._gate_wait)
+            self._arm(self._gate_wait)
+            self._cache.wait(self.info.id)
+            return False
+        if now < self._gate[1]:
+            self._cache.wait(self.info.id)
+            return False
+        waited_for = "sidecar data" if t == ROUTE else "routes"
+        _log.warning(
+            f"sending {TYPE_NAMES.get(t, t)} before every node holds the {waited_for}",
+            node=self.info.node.id,
+            version=snapshot.version,
+            lagging=", ".join(sorted(lagging)),
+            waited_s=self._gate_wait,
+        )
+        return True
+
+    def _arm(self, seconds: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = threading.Timer(seconds, self._push)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _send(self, t: str, want: Held, snapshot: Snapshot) -> Any:
+        state = self._types[t]
+        exact = {name: r.version for name, r in snapshot.resources.named(t).items() if state.wants(name)}
+        # The snapshot's own type version when the node gets exactly the snapshot's resources,
+        # so a node in sync reports the version /status and `config compile` show.
+        version = snapshot.type_version(t) if want == exact else digest("\n".join(f"{n} {v}" for n, v in sorted(want.items())).encode())
+        nonce = str(next(self._nonces))
+        response = self._response(t, version, nonce, state, want, snapshot)
+        self._pending = Pending(t, nonce, version, dict(state.held), want)
+        state.held = dict(want)
+        state.answer_due = False
+        state.nonce = nonce
+        self._hooks.pushed(self.info, t, version, nonce)
+        return response
+
+    def _resource(self, t: str, name: str, snapshot: Snapshot) -> Resource | None:
+        """The resource to send as ``name``: the snapshot's, or the one last sent (a kept cluster)."""
+        return snapshot.resources.named(t).get(name) or self._sent.get(t, {}).get(name)
+
+    def _remember(self, t: str, resources: list[Resource]) -> None:
+        self._sent[t] = {r.name: r for r in resources}

@@ -16,6 +16,7 @@ A System One request goes: API key -> body (size, zstd, multipart) -> the listen
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -45,6 +46,7 @@ from sr_runtime.server.settings import ServerSettings
 from sr_runtime.types import DecisionEngine
 
 REQUEST_ID = "x-typesafe-request-id"
+_REQUEST_ID_SHAPE = re.compile(rb"[\x21-\x7e]{1,128}")  # printable ASCII: it goes back out as a header
 
 
 def _send(answer: HttpAnswer) -> Response:
@@ -161,7 +163,8 @@ ENDPOINTS = frozenset(route.path for route in ROUTES)
 
 
 class RequestIds:
-    """Every response carries ``x-typesafe-request-id``; each request is counted and timed."""
+    """Every response carries ``x-typesafe-request-id`` (the request's ``x-request-id`` when it
+    has one); each request is counted and timed."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -170,7 +173,10 @@ class RequestIds:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = f"req_{uuid.uuid4().hex}".encode()
+        # Behind the router the request already has an id (Envoy's x-request-id): keep it, so
+        # the client, Envoy's access log, the sidecar and this server name the request alike.
+        given = next((v for k, v in scope.get("headers", ()) if k == b"x-request-id"), b"")
+        request_id = given if _REQUEST_ID_SHAPE.fullmatch(given) else f"req_{uuid.uuid4().hex}".encode()
         started = time.monotonic()
         status = 500
 

@@ -19,8 +19,9 @@ def route_config(resources: Resources, listener: str) -> dict[str, Any]:
     return plain(to_dict(resources.named(ROUTE)[f"route/{listener}"].message))
 
 
-def route_for(resources: Resources, listener: str, path: str, method: str = "POST") -> dict[str, Any]:
-    """The first route that matches, as Envoy matches them (path, prefix, :method)."""
+def route_for(resources: Resources, listener: str, path: str, method: str = "POST", headers: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The first route that matches, as Envoy matches them (path, prefix, :method, the presence
+    of ``headers``: a client's request has no routing header, only the sidecar sets one)."""
     for route in route_config(resources, listener)["virtual_hosts"][0]["routes"]:
         match = route["match"]
         if "path" in match and path.split("?")[0] != match["path"]:
@@ -29,6 +30,8 @@ def route_for(resources: Resources, listener: str, path: str, method: str = "POS
             continue
         methods = [h["string_match"]["exact"] for h in match.get("headers", []) if h["name"] == ":method"]
         if methods and method not in methods:
+            continue
+        if any(h.get("present_match") and h["name"] not in headers for h in match.get("headers", [])):
             continue
         return route
     raise AssertionError(f"no route for {method} {path} on {listener}")

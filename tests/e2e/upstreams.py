@@ -32,7 +32,7 @@ class Upstream:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             # Without this, headers and body go out in two sends and Nagle plus delayed ACK
-            # stalls every keep-alive request by 40 ms (reference gotcha 11).
+            # stall every keep-alive request through Envoy by 40 ms.
             disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:
@@ -63,6 +63,9 @@ class Upstream:
                         "host": self.headers.get("host"),
                         "body_bytes": len(body),
                         "x-vsr-cluster": self.headers.get("x-vsr-cluster"),
+                        "authorization": self.headers.get("authorization"),
+                        "x-api-key": self.headers.get("x-api-key"),
+                        "x-request-id": self.headers.get("x-request-id"),
                     }
                 ).encode()
                 self.send_response(200)
@@ -152,7 +155,7 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
 
 class ExtProcServer:
     def __init__(self) -> None:
-        # 32 MiB bodies exceed grpcio's 4 MiB default (reference gotcha 5).
+        # 32 MiB bodies (docs/xds/compile.md, 32 MiB bodies) exceed grpcio's 4 MiB default.
         options = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.max_send_message_length", MAX_MESSAGE)]
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=options)
         self.processor = EchoProcessor()

@@ -1,56 +1,55 @@
-"""The snapshot cache: one owner of snapshots and watches; a watch fires once, on a change."""
+"""The snapshot cache: one owner of snapshots and of who is connected; it wakes streams on a change."""
 
 from __future__ import annotations
 
-from sr_control.compiler.protos import CLUSTER, LISTENER
+from envoy.config.core.v3 import base_pb2
+
+from sr_control.compiler.protos import ROUTE, SIDECAR
 from sr_control.xds.cache import ALL_NODES, SnapshotCache
-from sr_control.xds.snapshot import Snapshot
 from tests.xds.xds_support import NODE, snapshot
 
+SIDECAR_NODE = base_pb2.Node(id="sidecar-1", cluster="test")
 
-def test_a_watch_at_the_current_version_waits_and_fires_once_on_a_change() -> None:
+
+def test_a_new_snapshot_wakes_every_stream_of_the_group() -> None:
     cache = SnapshotCache()
-    first = snapshot({"a": 8801})
-    cache.set_snapshot(ALL_NODES, first)
-    fired: list[Snapshot] = []
-    cancel = cache.watch(NODE, LISTENER, first.type_version(LISTENER), fired.append)
-    assert cancel is not None and fired == []
-    second = snapshot({"a": 8801, "b": 8802}, 2)
-    assert cache.set_snapshot(ALL_NODES, second) == 1
-    assert fired == [second]
-    cache.set_snapshot(ALL_NODES, snapshot({"c": 8803}, 3))
-    assert fired == [second]  # dropped after firing: the next request opens the next watch
+    woken: list[str] = []
+    cache.join(NODE, 1, lambda: woken.append("envoy"))
+    cache.join(SIDECAR_NODE, 2, lambda: woken.append("sidecar"))
+    assert cache.set_snapshot(ALL_NODES, snapshot({"a": 8801})) == 2
+    assert sorted(woken) == ["envoy", "sidecar"]
+    cache.leave(1)
+    cache.leave(2)
+    assert cache.set_snapshot(ALL_NODES, snapshot({"a": 8801}, 2)) == 0
 
 
-def test_a_watch_at_an_old_version_is_answered_at_once() -> None:
+def test_lagging_names_the_nodes_not_yet_at_a_version_and_progress_wakes_who_waits() -> None:
     cache = SnapshotCache()
-    current = snapshot({"a": 8801})
-    cache.set_snapshot(ALL_NODES, current)
-    fired: list[Snapshot] = []
-    assert cache.watch(NODE, LISTENER, "old", fired.append) is None
-    assert fired == [current]
+    woken: list[int] = []
+    cache.join(NODE, 1, lambda: woken.append(1))
+    cache.join(SIDECAR_NODE, 2, lambda: woken.append(2))
+    cache.report(1, made={ROUTE: "v1"}, settled={ROUTE: "v1"}, subscribed=[ROUTE])
+    cache.report(2, made={}, settled={}, subscribed=[SIDECAR])
+    assert cache.lagging(NODE, SIDECAR, "v1", settled=False, exclude=1) == ["sidecar-1"]
+    assert cache.lagging(NODE, ROUTE, "v1", settled=True, exclude=2) == []
+    cache.wait(1)
+    cache.report(2, made={SIDECAR: "v1"}, settled={}, subscribed=[SIDECAR])
+    assert woken == [1]
+    assert cache.lagging(NODE, SIDECAR, "v1", settled=False, exclude=1) == []
+    cache.report(2, made={SIDECAR: "v1"}, settled={SIDECAR: "v1"}, subscribed=[SIDECAR])
+    assert woken == [1]  # woken once: it waits again only if it asks to
 
 
-def test_a_new_snapshot_fires_only_the_types_it_changes() -> None:
+def test_a_stream_that_leaves_no_longer_holds_others_back() -> None:
     cache = SnapshotCache()
-    first = snapshot({"a": 8801})
-    cache.set_snapshot(ALL_NODES, first)
-    fired: list[str] = []
-    for type_url in (CLUSTER, LISTENER):
-        cache.watch(NODE, type_url, first.type_version(type_url), lambda s, t=type_url: fired.append(t))
-    cache.set_snapshot(ALL_NODES, snapshot({"a": 8801, "b": 8802}, 2))
-    assert fired == [LISTENER]
-    assert cache.open_watches() == 1
-
-
-def test_a_cancelled_watch_never_fires() -> None:
-    cache = SnapshotCache()
-    fired: list[Snapshot] = []
-    cancel = cache.watch(NODE, LISTENER, "", fired.append)
-    assert cancel is not None
-    cancel()
-    cache.set_snapshot(ALL_NODES, snapshot({"a": 8801}))
-    assert fired == []
+    woken: list[int] = []
+    cache.join(NODE, 1, lambda: woken.append(1))
+    cache.join(SIDECAR_NODE, 2, lambda: None)
+    cache.report(2, made={}, settled={}, subscribed=[SIDECAR])
+    cache.wait(1)
+    cache.leave(2)
+    assert woken == [1]
+    assert cache.lagging(NODE, SIDECAR, "v1", settled=False, exclude=1) == []
 
 
 def test_nodes_can_be_grouped_by_a_key_function() -> None:
@@ -60,3 +59,7 @@ def test_nodes_can_be_grouped_by_a_key_function() -> None:
     cache_other = SnapshotCache(node_key=lambda node: "elsewhere")
     cache_other.set_snapshot("test", snapshot({"a": 8801}))
     assert cache_other.snapshot(NODE) is None
+    woken: list[int] = []
+    cache.join(base_pb2.Node(id="x", cluster="other"), 1, lambda: woken.append(1))
+    cache.set_snapshot("test", snapshot({"a": 8801}, 2))
+    assert woken == []  # another group's snapshot

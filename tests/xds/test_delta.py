@@ -48,7 +48,7 @@ def stream(cache: SnapshotCache, events: list[tuple[str, ...]]) -> DeltaStream:
         resumed=lambda i, t, v: events.append(("resumed", t)),
         nacked=lambda i, t, v, m: events.append(("nack", t, m)),
     )
-    return DeltaStream(StreamInfo(1, "delta", "test"), cache, hooks, lambda t: events.append(("push", t)))
+    return DeltaStream(StreamInfo(1, "delta", "test"), cache, hooks, lambda: events.append(("wake",)))
 
 
 def names(response: discovery_pb2.DeltaDiscoveryResponse) -> list[str]:
@@ -67,7 +67,7 @@ def test_only_what_changed_is_sent(stream: DeltaStream, cache: SnapshotCache) ->
     cache.set_snapshot(ALL_NODES, snapshot({"a": 8801, "b": 8802}, 2, apis=SCHEMA_40))
     changed = snapshot({"a": 8801, "b": 8802}, 3, apis=SCHEMA_50)
     cache.set_snapshot(ALL_NODES, changed)
-    (update,) = stream.on_push(ROUTE)
+    (update,) = stream.on_push()
     assert names(update) == ["route/a", "route/b"]
     assert update.system_version_info == changed.type_version(ROUTE)
 
@@ -76,7 +76,7 @@ def test_a_removed_listener_is_named_as_removed(stream: DeltaStream, cache: Snap
     (first,) = stream.on_request(req(LISTENER))
     stream.on_request(req(LISTENER, nonce=first.nonce))
     cache.set_snapshot(ALL_NODES, snapshot({"a": 8801}, 2))
-    (update,) = stream.on_push(LISTENER)
+    (update,) = stream.on_push()
     assert list(update.removed_resources) == ["listener/b"]
     assert names(update) == []
 
@@ -85,13 +85,13 @@ def test_after_a_nack_the_next_version_resends_all_the_node_lacks(stream: DeltaS
     (first,) = stream.on_request(req(LISTENER))
     stream.on_request(req(LISTENER, nonce=first.nonce))
     cache.set_snapshot(ALL_NODES, snapshot({"a": 8801, "b": 8802, "c": 8803}, 2))
-    (refused,) = stream.on_push(LISTENER)
+    (refused,) = stream.on_push()
     assert names(refused) == ["listener/c"]
     assert stream.on_request(req(LISTENER, nonce=refused.nonce, error="cannot bind")) == []
     assert ("nack", LISTENER, "cannot bind") in events
     # The node still lacks c: a later snapshot that keeps c sends it again with the new one.
     cache.set_snapshot(ALL_NODES, snapshot({"a": 8801, "b": 8802, "c": 8803, "d": 8804}, 3))
-    (update,) = stream.on_push(LISTENER)
+    (update,) = stream.on_push()
     assert names(update) == ["listener/c", "listener/d"]
 
 
@@ -118,7 +118,7 @@ def test_unsubscribed_routes_are_forgotten(stream: DeltaStream) -> None:
     assert names(again) == ["route/a"]  # resubscribing sends it afresh
 
 
-def test_a_change_fires_the_open_watch(stream: DeltaStream, cache: SnapshotCache, events: list[tuple[str, ...]]) -> None:
+def test_a_change_wakes_the_stream(stream: DeltaStream, cache: SnapshotCache, events: list[tuple[str, ...]]) -> None:
     stream.on_request(req(LISTENER))
     cache.set_snapshot(ALL_NODES, snapshot({"a": 8801}, 2))
-    assert ("push", LISTENER) in events
+    assert ("wake",) in events

@@ -1,12 +1,14 @@
 """Format 1 -> 2: listener-level ``models`` and ``systemone`` move into the ``apis`` map.
 
-Format 1 listeners served the four LLM APIs (chat_completions, responses, messages, images) for
+Format 1 listeners offered the four LLM APIs (chat_completions, responses, messages, images) for
 the LLM models in ``models`` (every LLM model when ``models`` was absent) and, when
 ``systemone`` was set (``true`` or ``{max_deadline_ms: N}``), the System One API in the 4.0
-contract for the decision models in ``models`` (every decision model when absent). The
-migrated listener serves exactly those paths and models, and keeps ``schema: vllm-sr/4.0`` so
-its System One clients see no change. A listener with neither field is left as it is: no
-``apis`` map still means the four LLM APIs for every LLM model.
+contract for the decision models in ``models`` (every decision model when absent). The router
+forwards an LLM request as it is, so a model was only ever answerable on the API of its own
+``api_format``: the migrated listener lists each model under that API alone (an API none of
+the listed models speaks is left out), and keeps ``schema: vllm-sr/4.0`` so its System One
+clients see no change. A listener with neither field is left as it is: no ``apis`` map still
+means the four LLM APIs, each for the LLM models of its format.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ TO_VERSION = 2
 SUMMARY = "move listener-level models and systemone into apis"
 
 LLM_APIS = ("chat_completions", "responses", "messages", "images")
-_LLM_FORMATS = {"chat_completions", "responses", "messages", "images", "openai", "anthropic"}
+_ALIASES = {"openai": "chat_completions", "anthropic": "messages"}
 
 
 def apply(doc: Any) -> list[str]:
     notes = []
     decision = _decision_models(doc)
+    formats = _llm_formats(doc)
     for i, listener in enumerate(doc.get("listeners") or []):
         if not isinstance(listener, CommentedMap):
             continue
@@ -33,8 +36,19 @@ def apply(doc: Any) -> list[str]:
             continue
         if "apis" in listener:
             raise ValueError(f"listeners[{i}] has both format-1 fields and an apis map")
-        notes.append(_migrate_listener(listener, decision, i))
+        notes.append(_migrate_listener(listener, decision, formats, i))
     return notes
+
+
+def _llm_formats(doc: Any) -> dict[str, str]:
+    """Each provider model's API, aliases resolved (``api_format`` defaults to chat_completions)."""
+    providers = doc.get("providers") or {}
+    out: dict[str, str] = {}
+    for model in providers.get("models") or [] if isinstance(providers, dict) else []:
+        if isinstance(model, dict) and "name" in model:
+            fmt = str(model.get("api_format", "chat_completions"))
+            out[str(model["name"])] = _ALIASES.get(fmt, fmt)
+    return out
 
 
 def _decision_models(doc: Any) -> set[str]:
@@ -89,16 +103,21 @@ def _place(listener: CommentedMap, key: str, at_key: str) -> None:
             settings.lc.add_kv_line_col(name, [line, col, line, col])
 
 
-def _migrate_listener(listener: CommentedMap, decision: set[str], index: int) -> str:
+def _migrate_listener(listener: CommentedMap, decision: set[str], formats: dict[str, str], index: int) -> str:
     keys = list(listener.keys())
     at = min(keys.index(k) for k in ("models", "systemone") if k in listener)
     models = listener.get("models")
     systemone = listener.get("systemone")
 
     apis = CommentedMap()
-    llm = None if models is None else [i for i, m in enumerate(models) if str(m) not in decision]
     for api in LLM_APIS:
-        apis[api] = _flow_map([] if llm is None else [("models", _subseq(models, llm))])
+        if models is None:
+            apis[api] = _flow_map([])
+            continue
+        # A name of no known format is kept under every API, so validation reports it where it is.
+        picks = [i for i, m in enumerate(models) if str(m) not in decision and formats.get(str(m), api) == api]
+        if picks:
+            apis[api] = _flow_map([("models", _subseq(models, picks))])
     served_systemone = systemone is not None and systemone is not False and not (
         isinstance(systemone, dict) and systemone.get("enabled") is False
     )

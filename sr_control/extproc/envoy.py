@@ -1,0 +1,121 @@
+"""Envoy's ext_proc wire: what the sidecar reads off a ProcessingRequest and the responses it
+sends back. Every quirk of the protocol lives here, each with the reason (measured facts:
+/work/shared/reference/envoy-xds-extproc.md, restated in docs/extproc/flow.md):
+
+- header values arrive in ``raw_value`` (bytes), not ``value``;
+- a header set by the sidecar overwrites the client's (``OVERWRITE_IF_EXISTS_OR_ADD``);
+- naming the upstream cluster needs ``clear_route_cache``, else Envoy keeps the route it chose
+  from the headers and answers 503 (no cluster);
+- a body that changes size needs its ``content-length`` set too, else Envoy answers 500;
+- ``:status`` may be changed in a response phase, and an immediate response may be sent in any
+  phase: Envoy then answers with it and skips the rest (both checked against Envoy 1.40).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.type.v3 import http_status_pb2
+
+_OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+
+# Answers that carry nothing: built once, sent as they are (grpc serializes, never mutates).
+CONTINUE_REQUEST_HEADERS = pb.ProcessingResponse(request_headers=pb.HeadersResponse())
+CONTINUE_REQUEST_BODY = pb.ProcessingResponse(request_body=pb.BodyResponse())
+CONTINUE_RESPONSE_HEADERS = pb.ProcessingResponse(response_headers=pb.HeadersResponse())
+CONTINUE_RESPONSE_BODY = pb.ProcessingResponse(response_body=pb.BodyResponse())
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Let Envoy forward the request: to ``cluster``, with these changes."""
+
+    cluster: str | None = None  # None: the route's own choice
+    path: str | None = None  # a new :path
+    body: bytes | None = None  # a new body (None: the client's, unchanged)
+    set_headers: tuple[tuple[str, str], ...] = ()
+    remove_headers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Answer the client now (an immediate response), or, in a response phase, the new answer."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+
+def headers_of(message: pb.HttpHeaders) -> dict[str, str]:
+    """Lower-cased names to values; a repeated header keeps its last value."""
+    return {h.key: (h.raw_value or h.value.encode()).decode("latin-1") for h in message.headers.headers}
+
+
+def _set(headers: Iterable[tuple[str, str]]) -> list[base_pb2.HeaderValueOption]:
+    return [base_pb2.HeaderValueOption(header=base_pb2.HeaderValue(key=k, raw_value=v.encode("latin-1")), append_action=_OVERWRITE) for k, v in headers]
+
+
+def forward(f: Forward, cluster_header: str) -> pb.ProcessingResponse:
+    """The request-body answer that sends the request on, as ``f`` says."""
+    sets = list(f.set_headers)
+    if f.cluster is not None:
+        sets.append((cluster_header, f.cluster))
+    if f.path is not None:
+        sets.append((":path", f.path))
+    if f.body is not None:
+        sets.append(("content-length", str(len(f.body))))
+    common = pb.CommonResponse(
+        header_mutation=pb.HeaderMutation(set_headers=_set(sets), remove_headers=list(f.remove_headers)),
+        body_mutation=pb.BodyMutation(body=f.body) if f.body is not None else None,
+        clear_route_cache=f.cluster is not None,
+    )
+    return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
+
+
+def forward_headers(f: Forward, cluster_header: str) -> pb.ProcessingResponse:
+    """The request-headers answer for a request whose body is not read."""
+    sets = list(f.set_headers) + ([(cluster_header, f.cluster)] if f.cluster is not None else [])
+    if f.path is not None:
+        sets.append((":path", f.path))
+    common = pb.CommonResponse(
+        header_mutation=pb.HeaderMutation(set_headers=_set(sets), remove_headers=list(f.remove_headers)),
+        clear_route_cache=f.cluster is not None,
+    )
+    return pb.ProcessingResponse(request_headers=pb.HeadersResponse(response=common))
+
+
+def immediate(a: Answer) -> pb.ProcessingResponse:
+    return pb.ProcessingResponse(
+        immediate_response=pb.ImmediateResponse(
+            status=http_status_pb2.HttpStatus(code=a.status),  # type: ignore[arg-type]
+            headers=pb.HeaderMutation(set_headers=_set(a.headers)),
+            body=a.body,
+        )
+    )
+
+
+def replace_response(a: Answer, upstream_status: int) -> pb.ProcessingResponse:
+    """The response-body answer that puts ``a`` in place of the upstream's answer."""
+    sets = list(a.headers) + [("content-length", str(len(a.body)))]
+    if a.status != upstream_status:
+        sets.append((":status", str(a.status)))
+    common = pb.CommonResponse(header_mutation=pb.HeaderMutation(set_headers=_set(sets)), body_mutation=pb.BodyMutation(body=a.body))
+    return pb.ProcessingResponse(response_body=pb.BodyResponse(response=common))
+
+
+__all__ = [
+    "CONTINUE_REQUEST_BODY",
+    "CONTINUE_REQUEST_HEADERS",
+    "CONTINUE_RESPONSE_BODY",
+    "CONTINUE_RESPONSE_HEADERS",
+    "Answer",
+    "Forward",
+    "forward",
+    "forward_headers",
+    "headers_of",
+    "immediate",
+    "replace_response",
+]

@@ -1,0 +1,215 @@
+"""The ext_proc servicer: one gRPC stream per HTTP request, one answer per message.
+
+    request_headers   the route's metadata names listener, API and config version: find that
+                      version's data (waiting a bounded time), check the listener's key,
+                      answer listings at once
+    request_body      System One: read, choose, forward or answer (forward.py);
+                      LLM APIs: pick the provider by ``model`` (llm.py)
+    response_headers  a failed member is replaced by another (fail-over), else go on
+    response_body     the member's reply in the client's schema
+
+The servicer only moves messages: what to do with each is the handlers'. Errors meet one
+boundary here: a ProtocolError is the client's answer in its listener's form; anything else is
+logged with its traceback, counted, and answered 500, and the sidecar serves on.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+from sr_control.compiler.names import CLUSTER_HEADER
+from sr_control.extproc import envoy, llm
+from sr_control.extproc.auth import KeysUnavailable
+from sr_control.extproc.data import SYSTEMONE_API
+from sr_control.extproc.envoy import Answer, Forward
+from sr_control.extproc.forward import Call, SystemOne, error_answer, listener_codec
+from sr_control.extproc.incoming import Incoming, Sidecar
+from sr_control.extproc.listing import listing
+from sr_control.log import get_logger
+from sr_control.systemone import ProtocolError
+
+LISTING_API = "models"
+VERSION_HEADER = "x-vsr-config-version"
+_SYSTEMONE_SHAPED = frozenset({SYSTEMONE_API, LISTING_API})
+_log = get_logger("vllm_sr.extproc")
+
+
+class AuthenticationFailed(ProtocolError):
+    status = 401
+    code = "unauthorized"
+    error_type = "authentication_error"
+
+
+class Processor(pb_grpc.ExternalProcessorServicer):
+    def __init__(self, sidecar: Sidecar) -> None:
+        self.s = sidecar
+        self.systemone = SystemOne(sidecar)
+
+    async def Process(self, requests: AsyncIterator[pb.ProcessingRequest], context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProcessingResponse]:  # noqa: N802 - gRPC's name
+        exchange = Exchange(self, {k: v for k, v in context.invocation_metadata() or () if k.startswith("x-vsr-")})
+        try:
+            async for message in requests:
+                yield await exchange.handle(message)
+                if exchange.done:
+                    return
+        finally:
+            exchange.finish()
+
+
+class Exchange:
+    """One HTTP request's stream: what was read, where it went, what the client got."""
+
+    def __init__(self, processor: Processor, metadata: dict[str, Any]) -> None:
+        self.p = processor
+        self.s = processor.s
+        self.meta = metadata
+        self.started = time.monotonic()
+        self.api: str = metadata.get("x-vsr-api", "")
+        self.listener: str = metadata.get("x-vsr-listener", "")
+        self.incoming: Incoming | None = None
+        self.call: Call | None = None
+        self.upstream_status = 0
+        self.upstream_headers: dict[str, str] = {}
+        self.status: int | None = None  # what the client got
+        self.done = False
+
+    async def handle(self, message: pb.ProcessingRequest) -> pb.ProcessingResponse:
+        kind = message.WhichOneof("request")
+        try:
+            if kind == "request_headers":
+                return await self._request_headers(message.request_headers)
+            if kind == "request_body":
+                return await self._request_body(message.request_body.body)
+            if kind == "response_headers":
+                return await self._response_headers(message.response_headers)
+            if kind == "response_body":
+                return self._response_body(message.response_body.body)
+        except Exception as exc:  # noqa: BLE001 - the one boundary for what nothing else caught
+            return self._immediate(self._internal_error(exc))
+        # Trailers are never asked for (the routes SKIP them); answer in kind all the same.
+        return pb.ProcessingResponse(**{kind: pb.TrailersResponse()}) if kind else envoy.CONTINUE_REQUEST_HEADERS
+
+    # ------------------------------------------------------------------------ phases
+
+    async def _request_headers(self, message: pb.HttpHeaders) -> pb.ProcessingResponse:
+        headers = envoy.headers_of(message)
+        version = self.meta.get("x-vsr-config-version", "")
+        store = self.s.store
+        data = store.get(version)
+        if data is None:
+            data = await store.wait(version, self.s.settings.version_wait_ms / 1000) if version else None
+            self.s.metrics.version_waits.labels("arrived" if data is not None else "timeout").inc()
+            if data is None:
+                return self._immediate(self._unknown_version(version))
+        request_id = headers.get("x-request-id") or uuid.uuid4().hex
+        incoming = self.incoming = Incoming(self.listener, self.api, data, headers.get(":method", ""), headers.get(":path", ""), headers, request_id, self.started)
+        if data.auth is not None:
+            denied = self._check_key(incoming)
+            if denied is not None:
+                return self._immediate(denied)
+        if self.api == LISTING_API:
+            return self._immediate(await listing(self.s, incoming))
+        if message.end_of_stream:  # a body API with no body: answered as an empty body
+            return await self._request_body(b"")
+        return envoy.CONTINUE_REQUEST_HEADERS
+
+    async def _request_body(self, body: bytes) -> pb.ProcessingResponse:
+        incoming = self.incoming
+        assert incoming is not None, "Envoy sends request headers first"
+        out: Forward | Answer
+        if self.api == SYSTEMONE_API:
+            out, self.call = await self.p.systemone.read(incoming, body)
+        elif self.api in incoming.data.offers:
+            out = llm.route(incoming, body)
+        else:
+            out = llm.llm_error(self.api, 404, f"listener {self.listener!r} does not offer the {self.api} API", "not_found")
+        if isinstance(out, Answer):
+            return self._immediate(out)
+        if self.call is None:
+            self.status = 0  # forwarded as it is: the provider's status is not seen here
+        return envoy.forward(out, CLUSTER_HEADER)
+
+    async def _response_headers(self, message: pb.HttpHeaders) -> pb.ProcessingResponse:
+        headers = envoy.headers_of(message)
+        status = int(headers.get(":status", "0") or 0)
+        if self.call is None:
+            return envoy.CONTINUE_RESPONSE_HEADERS
+        self.upstream_status, self.upstream_headers = status, headers
+        answer = await self.p.systemone.on_response_headers(self.call, status, headers, message.end_of_stream)
+        self.call.member = None  # its call is over (and counted)
+        if answer is not None:
+            return self._immediate(answer)
+        return envoy.CONTINUE_RESPONSE_HEADERS
+
+    def _response_body(self, body: bytes) -> pb.ProcessingResponse:
+        if self.call is None:
+            return envoy.CONTINUE_RESPONSE_BODY
+        answer = self.p.systemone.reencode(self.call, self.upstream_status, self.upstream_headers, body)
+        self.status = answer.status
+        self.done = True
+        return envoy.replace_response(self._stamped(answer), self.upstream_status)
+
+    # ------------------------------------------------------------------------ answers
+
+    def _immediate(self, answer: Answer) -> pb.ProcessingResponse:
+        self.status = answer.status
+        self.done = True
+        return envoy.immediate(self._stamped(answer))
+
+    def _stamped(self, answer: Answer) -> Answer:
+        """Which config version answered: an operator can tell the versions apart during an edit."""
+        if self.incoming is None:
+            return answer
+        return Answer(answer.status, (*answer.headers, (VERSION_HEADER, self.incoming.data.version)), answer.body)
+
+    def _error(self, error: ProtocolError, code: str) -> Answer:
+        """``error`` in the API's own shape: System One's for its paths and listings."""
+        if self.api in _SYSTEMONE_SHAPED or not self.api:
+            data = self.incoming.data if self.incoming is not None else None
+            return error_answer(listener_codec(data.systemone if data is not None else None), error)
+        return llm.llm_error(self.api, error.status, str(error), code)
+
+    def _check_key(self, incoming: Incoming) -> Answer | None:
+        assert incoming.data.auth is not None
+        try:
+            verdict = self.s.keys.check(incoming.data.auth, incoming.headers.get("authorization"))
+        except KeysUnavailable as exc:
+            _log.error("listener keys unavailable", listener=self.listener, error=str(exc), request_id=incoming.request_id)
+            return self._error(ProtocolError(str(exc), status=503, code="unavailable", error_type="overloaded_error", reason="keys_unavailable", retry_after=1.0), "keys_unavailable")
+        if verdict.ok:
+            return None
+        return self._error(AuthenticationFailed(verdict.message, reason=verdict.reason), "invalid_api_key")
+
+    def _unknown_version(self, version: str) -> Answer:
+        wait = self.s.settings.version_wait_ms
+        what = f"config version {version!r} of listener {self.listener!r}" if version else f"the route of listener {self.listener!r} names no config version"
+        message = f"the sidecar has not received {what} (waited {wait} ms); retry shortly" if version else f"{what}; is Envoy fed by a vllm-sr control plane?"
+        _log.warning("config version not received", listener=self.listener, version=version, waited_ms=wait)
+        return self._error(ProtocolError(message, status=503, code="unavailable", error_type="overloaded_error", reason="config_version_unknown", retry_after=1.0), "config_version_unknown")
+
+    def _internal_error(self, exc: BaseException) -> Answer:
+        request_id = self.incoming.request_id if self.incoming is not None else ""
+        _log.exception("sidecar error", listener=self.listener, api=self.api, request_id=request_id, error=f"{type(exc).__name__}: {exc}")
+        self.s.metrics.errors.labels(self.api or "unknown").inc()
+        message = f"the router failed on this request (request id {request_id}); its log has the details"
+        return self._error(ProtocolError(message, status=500, code="internal_error", error_type="unknown", reason="sidecar_error"), "internal_error")
+
+    def finish(self) -> None:
+        if self.call is not None and self.call.member is not None:
+            self.s.pool.end(self.call.member)  # the stream ended before the member answered
+        if self.status is None:
+            return  # Envoy gave up on the request (client gone): nothing was answered
+        api = self.api or "unknown"
+        listener = self.listener or "unknown"
+        self.s.metrics.requests.labels(listener, api, str(self.status) if self.status else "forwarded").inc()
+        self.s.metrics.seconds.labels(listener, api).observe(time.monotonic() - self.started)
+
+
+__all__ = ["Exchange", "Processor"]

@@ -1,0 +1,324 @@
+"""``vllm-sr extproc serve``: the ext_proc gRPC server, its subscription, and its status port.
+
+    Worker        one process: a grpc.aio ExternalProcessor server, the delta ADS subscription
+                  to sidecar data, the members' cards; all on one event loop
+    serve()       one worker in this process, or N worker processes sharing the gRPC port
+                  (SO_REUSEPORT: the kernel spreads Envoy's connections over them) under this
+                  process, which serves /status, /metrics and /healthz for all of them
+
+SIGTERM drains: the gRPC server stops taking streams, those open finish within ``drain_s``,
+then the worker exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+from sr_control import log
+from sr_control.extproc.auth import KeyRing
+from sr_control.extproc.cards import CardBook
+from sr_control.extproc.incoming import Sidecar
+from sr_control.extproc.metrics import Metrics
+from sr_control.extproc.pool import Pool
+from sr_control.extproc.processor import Processor
+from sr_control.extproc.settings import SidecarSettings
+from sr_control.extproc.subscription import Subscription
+from sr_control.extproc.upstream import Http
+from sr_control.extproc.versions import VersionStore
+from sr_control.xds.http import StatusServer
+
+# Bodies of up to 32 MiB come whole in one message (grpcio's default limit is 4 MiB).
+MAX_MESSAGE = 64 * 1024 * 1024
+_STATUS_EVERY_S = 0.5
+NOT_READY = "no data yet for the listeners served"
+NOT_ALIVE = "a worker stopped following the control plane"
+_log = log.get_logger("vllm_sr.extproc")
+
+
+class Worker:
+    def __init__(self, settings: SidecarSettings, *, reuse_port: bool = False) -> None:
+        self.settings = settings
+        self.reuse_port = reuse_port
+        self.node = base_pb2.Node(
+            id=settings.node_id or f"vllm-sr-sidecar/{socket.gethostname()}/{os.getpid()}", cluster="vllm-sr-sidecar"
+        )
+        self.port = 0
+        self.stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._subscribing: asyncio.Future[None] | None = None
+        self.started = threading.Event()
+
+    async def run(self, on_status: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """Serve until ``stop()``; raises OSError when the port cannot be bound."""
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        s = self.settings
+        http = Http()
+        cards = CardBook(http, refresh_s=s.card_refresh_s, timeout_s=s.card_timeout_s)
+        store = VersionStore()
+        self.sidecar = sidecar = Sidecar(s, store, cards, Pool(cards), http, KeyRing(), Metrics())
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE),
+                ("grpc.max_send_message_length", MAX_MESSAGE),
+                # One port shared by N workers, or refused when taken (a second sidecar on the
+                # port would silently take half of Envoy's streams).
+                ("grpc.so_reuseport", 1 if self.reuse_port else 0),
+            ]
+        )
+        pb_grpc.add_ExternalProcessorServicer_to_server(Processor(sidecar), server)
+        try:
+            self.port = server.add_insecure_port(f"{s.host}:{s.port}")
+        except RuntimeError:
+            self.port = 0
+        if self.port == 0:
+            raise OSError(f"cannot listen on {s.host}:{s.port} (in use, or not an address of this host)")
+        await server.start()
+
+        def changed(data: Any) -> None:
+            asyncio.ensure_future(cards.refresh_all(data.members))
+            sidecar.metrics.versions.labels(data.listener).set(sum(1 for v in store.versions() if v.listener == data.listener))
+
+        self.subscription = Subscription(s.xds, store, self.node, s.listeners, on_change=changed)
+        self._subscribing = asyncio.ensure_future(self.subscription.run())
+        tasks: list[asyncio.Future[None]] = [self._subscribing]
+        if on_status is not None:
+            tasks.append(asyncio.ensure_future(self._report(on_status)))
+        _log.info("extproc serving", port=self.port, xds=s.xds, node=self.node.id, listeners=list(s.listeners) or "all")
+        self.started.set()
+        try:
+            await self._stop.wait()
+        finally:
+            self.stopping = True
+            # Drain: no new streams; those open finish (within drain_s), then everything stops.
+            await server.stop(grace=s.drain_s)
+            self.subscription.stop()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await http.close()
+            _log.info("extproc stopped", node=self.node.id)
+
+    def stop(self) -> None:
+        """From any thread or a signal handler."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    def alive(self) -> bool:
+        """The worker's loop runs and its subscription still follows the control plane."""
+        task = self._subscribing
+        return self._loop is not None and self._loop.is_running() and (task is None or not task.done())
+
+    def ready(self) -> bool:
+        """Holding data for every listener served (for all listeners: for at least one)."""
+        if not self.started.is_set() or self.stopping:
+            return False
+        held = self.sidecar.store.current()
+        wanted = self.settings.listeners
+        return all(l in held for l in wanted) if wanted else bool(held)
+
+    def status(self) -> dict[str, Any]:
+        """Called on the worker's own loop (see status_from_thread)."""
+        sub = self.subscription.status
+        store = self.sidecar.store
+        cards = self.sidecar.cards
+        pool = self.sidecar.pool
+        listeners: dict[str, Any] = {}
+        for data in store.versions():
+            entry = listeners.setdefault(data.listener, {"current": None, "versions": []})
+            entry["versions"].append(data.version)
+        for name, data in store.current().items():
+            listeners.setdefault(name, {"current": None, "versions": []})["current"] = data.version
+        members = {}
+        for name, state in cards.states().items():
+            members[name] = {
+                "down": state.error if (state.card is None or not state.healthy) else None,
+                "question_types": sorted(state.card.question_types) if state.card else [],
+                "modalities": sorted(state.card.modalities) if state.card else [],
+                "contract": state.card.contract if state.card else None,
+            }
+        return {
+            "pid": os.getpid(),
+            "node": self.node.id,
+            "ready": self.ready(),
+            "alive": self.alive(),
+            "port": self.port,
+            "xds": {"target": self.settings.xds, "connected": sub.connected, "last_error": sub.last_error, "received": sub.received, "refused": sub.refused},
+            "listeners": listeners,
+            "members": members,
+            "open_calls": pool.open_calls(),
+            "forwarding": self.settings.forwarding,
+        }
+
+    def status_from_thread(self, timeout: float = 2.0) -> dict[str, Any]:
+        loop = self._loop
+        if loop is None or not self.started.is_set():
+            return {"pid": os.getpid(), "ready": False, "starting": True}
+        future: Future[dict[str, Any]] = Future()
+        loop.call_soon_threadsafe(lambda: future.set_result(self.status()))
+        return future.result(timeout)
+
+    async def _report(self, on_status: Callable[[dict[str, Any]], None]) -> None:
+        while True:
+            on_status(self.status())
+            await asyncio.sleep(_STATUS_EVERY_S)
+
+
+# ---------------------------------------------------------------------------- one process
+
+
+def serve(settings: SidecarSettings, *, stop: threading.Event | None = None, on_ready: Callable[[int, int], None] | None = None) -> int:
+    """Serve until SIGTERM/SIGINT (or ``stop``); one worker here, or ``settings.workers`` processes.
+    Returns the exit code: 0 after a stop, 1 when a worker died."""
+    if settings.workers > 1:
+        return _supervise(settings, stop, on_ready)
+    worker = Worker(settings)
+    http = StatusServer(
+        settings.host, settings.status_port,
+        status=lambda: {"workers": [worker.status_from_thread()]},
+        metrics=lambda: worker.sidecar.metrics.text() if worker.started.is_set() else b"",
+        serving=worker.ready,
+        alive=worker.alive,
+        not_ready=NOT_READY,
+        not_alive=NOT_ALIVE,
+    )
+    http.start()
+
+    def on_signal(*_: object) -> None:
+        worker.stop()
+
+    _signals(on_signal)
+    if stop is not None:
+        threading.Thread(target=lambda: (stop.wait(), worker.stop()), daemon=True).start()
+    if on_ready is not None:
+        threading.Thread(target=lambda: (worker.started.wait(), on_ready(worker.port, http.port)), daemon=True).start()
+    try:
+        asyncio.run(worker.run())
+    finally:
+        http.stop()
+    return 0
+
+
+def _signals(handler: Callable[..., None]) -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+
+# ---------------------------------------------------------------------------- N processes
+
+
+def _check_port_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            raise OSError(f"cannot listen on {host}:{port} (in use, or not an address of this host)") from None
+
+
+def _worker_main(settings: SidecarSettings, status_file: str) -> None:
+    """A worker process: PROMETHEUS_MULTIPROC_DIR is set, so its metrics land in shared files."""
+    log.configure(os.environ.get("VSR_LOG_LEVEL", "info"), os.environ.get("VSR_LOG_FORMAT", "console"))  # type: ignore[arg-type]
+    worker = Worker(settings, reuse_port=True)
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when to stop
+
+    def write(status: dict[str, Any]) -> None:
+        tmp = status_file + ".tmp"
+        Path(tmp).write_text(json.dumps(status | {"at": time.time()}))
+        os.replace(tmp, status_file)
+
+    asyncio.run(worker.run(on_status=write))
+    Path(status_file).unlink(missing_ok=True)
+
+
+def _supervise(settings: SidecarSettings, stop: threading.Event | None, on_ready: Callable[[int, int], None] | None) -> int:
+    _check_port_free(settings.host, settings.port)
+    shared = tempfile.mkdtemp(prefix="vsr-extproc-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = shared
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=shared)
+    context = multiprocessing.get_context("spawn")
+    files = [os.path.join(shared, f"status-{i}.json") for i in range(settings.workers)]
+    procs = [context.Process(target=_worker_main, args=(settings, f), name=f"extproc-{i}", daemon=False) for i, f in enumerate(files)]
+    for p in procs:
+        p.start()
+
+    def statuses() -> list[dict[str, Any]]:
+        out = []
+        for f in files:
+            try:
+                out.append(json.loads(Path(f).read_text()))
+            except (OSError, ValueError):
+                out.append({"ready": False, "starting": True})
+        return out
+
+    def ready() -> bool:
+        now = time.time()
+        return all(s.get("ready") and now - s.get("at", 0) < 5 for s in statuses()) and all(p.is_alive() for p in procs)
+
+    def alive() -> bool:
+        now = time.time()
+        return all(p.is_alive() for p in procs) and all(now - s.get("at", now) < 10 and s.get("alive", True) for s in statuses())
+
+    http = StatusServer(
+        settings.host, settings.status_port,
+        status=lambda: {"workers": statuses()}, metrics=lambda: generate_latest(registry),
+        serving=ready, alive=alive, not_ready=NOT_READY, not_alive=NOT_ALIVE,
+    )
+    http.start()
+    done = threading.Event()
+    _signals(lambda *_: done.set())
+    if stop is not None:
+        threading.Thread(target=lambda: (stop.wait(), done.set()), daemon=True).start()
+    if on_ready is not None:
+        def announce() -> None:
+            while not done.is_set() and not ready():
+                time.sleep(0.05)
+            if not done.is_set():
+                on_ready(settings.port, http.port)
+        threading.Thread(target=announce, daemon=True).start()
+    code = 0
+    try:
+        while not done.wait(0.2):
+            if any(not p.is_alive() for p in procs):
+                _log.error("extproc worker died", codes=[p.exitcode for p in procs])
+                code = 1
+                break
+    finally:
+        for p in procs:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGTERM)
+        for p in procs:
+            p.join(settings.drain_s + 5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        http.stop()
+        shutil.rmtree(shared, ignore_errors=True)
+    return code
+
+
+__all__ = ["Worker", "serve"]

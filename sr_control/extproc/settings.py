@@ -1,0 +1,30 @@
+"""The sidecar's process settings: where it listens, whom it asks, how long it waits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Forwarding = Literal["envoy", "sidecar"]
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarSettings:
+    xds: str = "127.0.0.1:18000"  # the control plane's ADS port
+    host: str = "127.0.0.1"
+    port: int = 18080  # the ext_proc gRPC port Envoy calls
+    status_port: int = 18081  # /status, /metrics, /healthz
+    workers: int = 1
+    listeners: tuple[str, ...] = ()  # () = every listener
+    node_id: str = ""  # "" = vllm-sr-sidecar/<host>/<pid>
+    version_wait_ms: int = 1_000  # how long a request waits for a config version not yet received
+    card_refresh_s: float = 30.0
+    card_timeout_s: float = 2.0
+    # envoy: Envoy forwards each request to the member's cluster, the sidecar calls members
+    # itself only to fail over and for systemone/0.2 targets. sidecar: the sidecar makes every
+    # upstream call (docs/extproc/flow.md measures both).
+    forwarding: Forwarding = "envoy"
+    drain_s: float = 10.0  # on SIGTERM: how long open streams may take to finish
+
+
+__all__ = ["Forwarding", "SidecarSettings"]
