@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from sr_control.systemone.jsontext import Number
+from sr_control.systemone.jsontext import JsonObject, Number
 
 Problem = tuple[tuple[str | int, ...], str, str]
 
@@ -180,6 +180,15 @@ def _bounds(value: Any, bounds: Mapping[str, Any], out: list[Problem]) -> None:
 BOUND_KEYS = ("minimum", "maximum", "exclusive_minimum", "min_items", "max_items")
 
 
+# The exact Python types that always pass a scalar kind: a map or array of them is checked in
+# C (``set(map(type, items))``); any other item (a subclass, a wrong type) goes through ``item``.
+_EXACT_TYPES: dict[str, frozenset[type]] = {
+    "string": frozenset({str}),
+    "boolean": frozenset({bool}),
+    "text": frozenset({str, dict, JsonObject, tuple, list}),
+}
+
+
 def _compile(t: Type) -> Callable[[Any], bool]:
     """A fast yes/no for ``t`` (bounds aside); ``problems`` explains a no."""
     k = t.kind
@@ -196,19 +205,41 @@ def _compile(t: Type) -> Callable[[Any], bool]:
         choices = frozenset(t.choices)
         check = lambda v: isinstance(v, str) and v in choices  # noqa: E731
     elif k in ("number", "integer"):
-        check = lambda v: not problems(t, v)  # noqa: E731  (rare: options and thresholds)
+        check = _numeric(k == "integer")
     elif k == "object":
         check = lambda v: isinstance(v, dict)  # noqa: E731
     else:
-        item = _compile(t.item) if t.item is not None else (lambda v: True)
-        if k == "map":
-            check = lambda v: isinstance(v, dict) and all(item(x) for x in v.values())  # noqa: E731
-        else:
-            check = lambda v: isinstance(v, (tuple, list)) and all(item(x) for x in v)  # noqa: E731
+        check = _container(k, t.item)
     if t.nullable:
         inner = check
         return lambda v: v is None or inner(v)
     return check
+
+
+def _numeric(integer: bool) -> Callable[[Any], bool]:
+    def check(value: Any) -> bool:  # as ``_check`` decides for numbers
+        n = _number(value)
+        return n is not None and (not integer or float(n).is_integer())
+
+    return check
+
+
+def _container(kind: str, item_type: Type | None) -> Callable[[Any], bool]:
+    item = _compile(item_type) if item_type is not None else (lambda v: True)
+    exact = _EXACT_TYPES.get(item_type.kind) if item_type is not None else None
+    if exact is not None and item_type is not None and item_type.nullable:
+        exact = exact | {type(None)}
+    if kind == "map":
+        if item_type is None or item_type.kind == "any":
+            return lambda v: isinstance(v, dict)
+        if exact is not None:
+            return lambda v: isinstance(v, dict) and (set(map(type, v.values())) <= exact or all(map(item, v.values())))
+        return lambda v: isinstance(v, dict) and all(map(item, v.values()))
+    if item_type is None or item_type.kind == "any":
+        return lambda v: isinstance(v, (tuple, list))
+    if exact is not None:
+        return lambda v: isinstance(v, (tuple, list)) and (set(map(type, v)) <= exact or all(map(item, v)))
+    return lambda v: isinstance(v, (tuple, list)) and all(map(item, v))
 
 
 @lru_cache(maxsize=None)
@@ -225,3 +256,31 @@ def valid(expr: str, value: Any, bounds: Mapping[str, Any] | None = None) -> boo
             return bounds.get("min_items", 0) <= len(value) <= bounds.get("max_items", len(value))
         return not problems(expr, value, bounds)
     return True
+
+
+def validator(expr: str, bounds: Mapping[str, Any] | None = None) -> Callable[[Any], bool]:
+    """``valid(expr, value, bounds)`` as one function: built once for a field every request has."""
+    check = checker(expr)
+    if not bounds:
+        return check
+    if set(bounds) <= {"min_items", "max_items"}:
+        low, high = bounds.get("min_items", 0), bounds.get("max_items")
+
+        def sized(value: Any) -> bool:
+            if not check(value):
+                return False
+            if value is None or not isinstance(value, (dict, tuple, list)):
+                return True
+            return low <= len(value) and (high is None or len(value) <= high)
+
+        return sized
+
+    def bounded(value: Any) -> bool:
+        if not check(value):
+            return False
+        out: list[Problem] = []
+        if value is not None:
+            _bounds(value, bounds, out)
+        return not out
+
+    return bounded

@@ -83,6 +83,10 @@ class Question:
     order: tuple[str, ...] = ()  # member names in client order
     problem: ErrorInfo | None = None  # /v1/decisions: the question failed reading
     raw: Any = None  # the question as written, kept when ``problem`` is set
+    # The question as read, when that object is exactly what the internal form writes for it
+    # (the reader sets it): the writer then reuses it. It is no __init__ argument, so a
+    # ``replace`` that changes the question drops it.
+    as_read: JsonObject | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def preset(self) -> str | None:
@@ -91,6 +95,34 @@ class Question:
     @property
     def preset_only(self) -> bool:
         return self.preset is not None and self.instructions is MISSING and self.criteria is MISSING
+
+
+# The readers build a Question for each question of each request. A frozen dataclass's __init__
+# sets each slot through object.__setattr__; ``read_question`` sets them through their
+# descriptors, which is the same at half the cost (tests/systemone/test_ir.py holds the two
+# equal, field for field).
+QUESTION_SLOTS = ("type", "instructions", "criteria", "criteria_member", "extensions", "order", "problem", "raw", "as_read")
+_set_type, _set_instructions, _set_criteria, _set_member, _set_extensions, _set_order, _set_problem, _set_raw, _set_as_read = (
+    getattr(Question, name).__set__ for name in QUESTION_SLOTS
+)
+
+
+def read_question(
+    type_: str, instructions: Any, criteria: Any, criteria_member: str, extensions: JsonObject, order: tuple[str, ...], as_read: JsonObject | None
+) -> Question:
+    """``Question(type_, instructions, criteria, criteria_member, extensions, order)``, read
+    without a problem, with ``as_read`` set."""
+    q = object.__new__(Question)
+    _set_type(q, type_)
+    _set_instructions(q, instructions)
+    _set_criteria(q, criteria)
+    _set_member(q, criteria_member)
+    _set_extensions(q, extensions)
+    _set_order(q, order)
+    _set_problem(q, None)
+    _set_raw(q, None)
+    _set_as_read(q, as_read)
+    return q
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +138,11 @@ class Request:
     options: JsonObject | None = None
     long_context: bool = False  # the standard header, or 4.0 options.long_context
     order: tuple[str, ...] = ()
+    # The client's text, when it is this request's internal form but for the layout and the
+    # ``roles: null`` the internal form adds (the reader sets it): ``internal_body`` writes from
+    # it. It is no __init__ argument, so a ``replace`` (another model, the long-context header)
+    # drops it.
+    source: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     def with_(self, **changes: Any) -> Request:
         return replace(self, **changes)

@@ -2,7 +2,8 @@
 
     codec = LISTENERS["vllm-sr/4.0"]
     req = codec.read("/v1/systemone", body, headers)    # -> ClientRequest, or raises ProtocolError
-    forward req.plan.body to req.plan.path upstream, then:
+    forward req.upstream_body(member_model) to req.plan.path upstream (req.plan.body when the
+    request names no other model), then:
     codec.answer_success(req, upstream_body)            # -> bytes; raises QuestionFailed on
                                                         #    /v1/systemone when a question failed
     codec.answer_error(exc, req)                        # -> HttpAnswer (status, headers, body)
@@ -24,7 +25,7 @@ from typing import Literal
 
 from sr_control.systemone.errors import ErrorInfo, NotServed, ProtocolError
 from sr_control.systemone.ir import Batch, Endpoint, Listing, Reply, Request
-from sr_control.systemone.jsontext import dumpb
+from sr_control.systemone.jsontext import dumpb, dumpb_content
 from sr_control.systemone.reading import READINGS, Reading, read_body
 from sr_control.systemone.replies import (
     Flavour,
@@ -35,9 +36,10 @@ from sr_control.systemone.replies import (
     error_doc,
     error_headers,
     listing_doc,
+    reply_as_sent,
     reply_doc,
 )
-from sr_control.systemone.writing import internal_doc
+from sr_control.systemone.writing import internal_body, renames
 
 LONG_CONTEXT_HEADER = "typesafe-danger-zone-long-context"
 UPSTREAM_PATH = "/v1/decisions"
@@ -63,6 +65,15 @@ class ClientRequest:
     ir: Request | Batch
     plan: ListenerPlan
     legacy_forms: tuple[str, ...] = ()
+
+    def upstream_body(self, model: str | None = None) -> bytes:
+        """The body for ``plan.path`` upstream, with ``model`` (the pool member's model name) in
+        place of every model name the client gave (``vllm-sr/auto``). When that changes nothing
+        it is ``plan.body``; else the internal form of the IR naming it (``internal_body``).
+        """
+        if model is None or not renames(self.ir, model):
+            return self.plan.body
+        return internal_body(self.ir, model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,14 +102,17 @@ class ListenerCodec:
         if endpoint in self.passthrough and not _long_context(headers):
             plan = ListenerPlan("passthrough", UPSTREAM_PATH, bytes(body))
         else:
-            plan = ListenerPlan("convert", UPSTREAM_PATH, dumpb(internal_doc(ir)))
+            plan = ListenerPlan("convert", UPSTREAM_PATH, internal_body(ir))
         return ClientRequest(self.schema, endpoint, path, ir, plan, forms)
 
     def answer_success(self, req: ClientRequest, reply: bytes | Reply) -> bytes:
         """The client's 200 body from an upstream's decisions reply (or a reassembled Reply)."""
-        if not isinstance(reply, Reply):
-            reply = decode_reply(reply, req.ir)
-        return dumpb(reply_doc(reply, req.ir, req.endpoint, self.flavour))
+        if isinstance(reply, Reply):  # a runtime's own answers: Python floats, which dumpb writes
+            return dumpb(reply_doc(reply, req.ir, req.endpoint, self.flavour))
+        as_sent = reply_as_sent(reply, req.ir, req.endpoint, self.flavour)
+        if as_sent is not None:
+            return as_sent
+        return dumpb_content(reply_doc(decode_reply(reply, req.ir), req.ir, req.endpoint, self.flavour))
 
     def answer_error(self, error: ProtocolError | ErrorInfo, req: ClientRequest | None = None) -> HttpAnswer:
         info = error.info if isinstance(error, ProtocolError) else error

@@ -42,7 +42,7 @@ def read_assets(doc: Mapping[str, Any], reading: Reading, found: Found, loc: Loc
             continue
         check_members(asset, members, here, reading, found)
         kind = asset.get("type", "image")
-        if kind not in reading.asset_formats:
+        if not isinstance(kind, str) or kind not in reading.asset_formats:
             found.bad(here + ("type",), f"must be one of {', '.join(reading.asset_formats)}", "enum")
             continue
         _asset_body(asset, reading.asset_formats[kind], found, here)

@@ -11,14 +11,15 @@ from typing import Any
 from sr_control.systemone.errors import DetailItem, ErrorInfo, loc_text
 from sr_control.systemone.found import Found, Loc, check_members
 from sr_control.systemone.generated import fields as F
-from sr_control.systemone.ir import MISSING, Question
+from sr_control.systemone.ir import MISSING, Question, read_question
 from sr_control.systemone.jsontext import JsonObject
-from sr_control.systemone.rules import Reading
+from sr_control.systemone.rules import CRITERIA_SPELLINGS, Reading
 
 _QUESTION_EXTENSIONS = {k.split(".", 1)[1]: v for k, v in F.EXTENSION_FIELDS.items() if k.startswith("question.")}
 _NO_EXTENSIONS = JsonObject()
+_TEXT = (str, dict, tuple, list)  # what a "text" field holds: a string, an object or an array
 # Question types that cannot be asked without criteria (options, levels or labels).
-_NEEDS_CRITERIA = frozenset(
+NEEDS_CRITERIA = frozenset(
     [t for t, m in F.STANDARD_QUESTIONS.items() if "criteria" in m and m["criteria"][1]]
     + [t for t, e in F.EXTENSION_QUESTION_TYPES.items() if e["criteria"]]
 )
@@ -60,6 +61,8 @@ def _failed(q_id: str, raw: Any, items: list[DetailItem]) -> Question:
 
 
 def _question(q: Any, reading: Reading, found: Found, at: Loc) -> Question | None:
+    # The common question passes cheap checks; any check that fails hands the value to
+    # ``found.typed``, which decides and explains exactly as for every other field.
     if not isinstance(q, dict):
         found.bad(at, "must be an object", "model_attributes_type")
         return None
@@ -67,19 +70,22 @@ def _question(q: Any, reading: Reading, found: Found, at: Loc) -> Question | Non
     if kind is MISSING:
         found.bad(at, "Unable to extract tag using discriminator 'type'", "union_tag_not_found")
         return None
-    if kind not in reading.question_members:
+    if not isinstance(kind, str) or kind not in reading.question_members:  # (an object is not hashable)
         tags = ", ".join(repr(t) for t in reading.question_members)
         found.bad(at + ("type",), f"Input tag {kind!r} found using 'type' does not match any of the expected tags: {tags}", "union_tag_invalid")
         return None
     at = at + (kind,)  # FastAPI's loc names the union member: questions.<id>.<type>.<field>
     allowed = reading.question_members[kind]
-    for name in q.keys() - allowed:
-        if reading.ignore_unknown and name not in reading.refused:
-            continue
-        why = f" ({kind} questions take no {name})" if _defined_elsewhere(name, reading) else ""
-        found.unknown.append(loc_text(at[:-1] + (name,)) + why)
-    if "instructions" in q:
-        found.typed(at + ("instructions",), "text?", q["instructions"])
+    known = allowed.issuperset(q)  # then every member is one the internal form writes back
+    if not known:
+        for name in q.keys() - allowed:
+            if reading.ignore_unknown and name not in reading.refused:
+                continue
+            why = f" ({kind} questions take no {name})" if _defined_elsewhere(name, reading) else ""
+            found.unknown.append(loc_text(at[:-1] + (name,)) + why)
+    instructions = q.get("instructions", MISSING)
+    if instructions is not MISSING and instructions is not None and not isinstance(instructions, _TEXT):
+        found.typed(at + ("instructions",), "text?", instructions)
     criteria, member = _criteria(q, kind, reading, found, at)
     extensions = _NO_EXTENSIONS
     if not q.keys().isdisjoint(_QUESTION_EXTENSIONS):
@@ -87,17 +93,10 @@ def _question(q: Any, reading: Reading, found: Found, at: Loc) -> Question | Non
         for name, value in extensions.items():
             spec = _QUESTION_EXTENSIONS[name]
             found.typed(at + (name,), spec["type"], value, spec["bounds"])
-    question = Question(
-        type=kind,
-        instructions=q.get("instructions", MISSING),
-        criteria=criteria,
-        criteria_member=member,
-        extensions=extensions,
-        order=tuple(q),
-    )
+    question = read_question(kind, instructions, criteria, member, extensions, tuple(q), q if known else None)
     if question.preset_only:
         _preset_only(question, reading, found, at)
-    elif kind in _NEEDS_CRITERIA and not any(m in q for m in ("criteria", "choices", "levels", "labels")):
+    elif kind in NEEDS_CRITERIA and q.keys().isdisjoint(CRITERIA_SPELLINGS):
         found.bad(at + ("criteria",), "Field required", "missing")
     return question
 
@@ -107,7 +106,7 @@ def _defined_elsewhere(name: str, reading: Reading) -> bool:
 
 
 def _criteria(q: Mapping[str, Any], kind: str, reading: Reading, found: Found, at: Loc) -> tuple[Any, str]:
-    given = [m for m in ("criteria", "choices", "levels", "labels") if m in q and m in reading.question_members[kind]]
+    given = [m for m in reading.spellings[kind] if m in q]
     if len(given) > 1:
         found.bad(at + (given[1],), f"give {given[0]} or {given[1]}, not both", "value_error")
         return MISSING, given[0]
@@ -136,9 +135,10 @@ def _criteria(q: Mapping[str, Any], kind: str, reading: Reading, found: Found, a
     if kind == "score" and isinstance(value, dict):
         found.bad(at + ("criteria",), "score criteria are an array of levels, low to high (the map form is not accepted)", "list_type")
         return MISSING, member
-    spec = reading.criteria.get(kind)
-    if spec is not None:
-        found.typed(at + ("criteria",), spec[0], value, spec[1])
+    check = reading.criteria_valid.get(kind)
+    if check is not None and not check(value):
+        type_, bounds = reading.criteria[kind]  # type: ignore[misc]
+        found.typed(at + ("criteria",), type_, value, bounds)
     return value, member
 
 
@@ -151,7 +151,7 @@ def _preset_only(question: Question, reading: Reading, found: Found, at: Loc) ->
         )
         return
     found.form("preset_only")
-    preset = F.PRESETS.get(question.preset or "")
+    preset = F.PRESETS.get(question.preset) if isinstance(question.preset, str) else None
     if preset is None:
         found.bad(at + ("preset",), f"unknown preset {question.preset!r} (canonical presets: {', '.join(F.PRESETS)})", "enum")
     elif preset["type"] != question.type:

@@ -15,6 +15,10 @@ The rules, in the order they are applied:
 A ``Reading`` is a table built from the generated field tables; the legacy reading (vllm-sr/4.0
 and the internal form) accepts every 4.0-only form, records which it met, and keeps the 4.0
 reading of the two forms 5.0 reads differently (implicit roles, a media array state).
+
+Most bodies take a shorter way to the same IR: msgspec reads the text (``jsontext.read_plain``)
+and checks the common form (``fastread``) in C. This module reads the rest, and is the one that
+explains every problem.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sr_control.systemone import fastread
 from sr_control.systemone.errors import (
     MAX_BODY_BYTES,
     DetailItem,
@@ -33,13 +38,14 @@ from sr_control.systemone.errors import (
 from sr_control.systemone.found import Found, Loc, check_members
 from sr_control.systemone.generated import fields as F
 from sr_control.systemone.ir import IMPLICIT, MISSING, NO_ROLES, Batch, Endpoint, Request, Roles, frozen_map
-from sr_control.systemone.jsontext import DuplicateMember, JsonObject, JsonTextError, loads
+from sr_control.systemone.jsontext import DECLINED, DuplicateMember, JsonObject, JsonTextError, as_content, read_plain, read_shape, stdlib_loads
 from sr_control.systemone.media import inline_media, media_split, read_assets, read_media_member
 from sr_control.systemone.questions import read_questions
 from sr_control.systemone.rules import READINGS, Reading
 
-__all__ = ["READINGS", "Reading", "parse_json", "read_body"]
+__all__ = ["READINGS", "Reading", "parse_json", "read_body", "read_doc"]
 _ROLES_TYPE = F.EXTENSION_FIELDS["request.roles"]["type"]
+_UNREAD: Any = object()
 
 
 # ---------------------------------------------------------------------------- entry point
@@ -49,7 +55,22 @@ def read_body(body: bytes, reading: Reading, endpoint: Endpoint) -> tuple[Reques
     """The IR of ``body`` and the 4.0-only forms it used; raises a ProtocolError."""
     if len(body) > MAX_BODY_BYTES:
         raise RequestTooLarge(len(body))
-    doc = parse_json(body)
+    tree = read_plain(body)
+    if tree is not DECLINED:
+        fast = fastread.read(tree, reading, endpoint, source=body)
+        if fast is not None:
+            return fast
+    doc = parse_json(body, tree)
+    if tree is DECLINED:  # read by the standard library (``\u00e9`` escapes, say): common all the same?
+        fast = fastread.read(read_shape(body), reading, endpoint, content=doc)
+        if fast is not None:
+            return fast
+    return read_doc(doc, reading, endpoint)
+
+
+def read_doc(doc: JsonObject, reading: Reading, endpoint: Endpoint) -> tuple[Request | Batch, tuple[str, ...]]:
+    """The general reader, for a parsed body: every form, every problem (``read_body`` has
+    ``fastread`` read the common form first)."""
     found = Found()
     if endpoint == "batch" or (endpoint == "decisions" and "requests" in doc):
         ir: Request | Batch = _batch(doc, reading, found)
@@ -61,9 +82,12 @@ def read_body(body: bytes, reading: Reading, endpoint: Endpoint) -> tuple[Reques
     return ir, tuple(found.forms)
 
 
-def parse_json(body: bytes) -> JsonObject:
+def parse_json(body: bytes, tree: Any = _UNREAD) -> JsonObject:
+    """The body as a JSON object (``tree``: what ``read_plain`` made of it, when at hand)."""
+    if tree is _UNREAD:
+        tree = read_plain(body)
     try:
-        doc = loads(body)
+        doc = stdlib_loads(body) if tree is DECLINED else as_content(tree)
     except DuplicateMember as exc:
         raise ValidationFailed([DetailItem(("body",), str(exc), "json_invalid")]) from None
     except JsonTextError as exc:
@@ -194,7 +218,7 @@ def _options(doc: Mapping[str, Any], reading: Reading, found: Found, loc: Loc) -
         return None
     check_members(options, frozenset(reading.options), at, reading, found)
     for name, value in options.items():
-        if name in reading.options:
+        if name in reading.options and not reading.option_valid[name](value):
             type_, bounds = reading.options[name]
             found.typed(at + (name,), type_, value, bounds)
     return options

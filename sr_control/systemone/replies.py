@@ -31,7 +31,7 @@ from sr_control.systemone.errors import (
 )
 from sr_control.systemone.generated.strip import REPLY_EXTENSIONS
 from sr_control.systemone.ir import Batch, Endpoint, ItemResult, Listing, ListingItem, Reply, Request
-from sr_control.systemone.jsontext import JsonObject, JsonTextError, Number, loads
+from sr_control.systemone.jsontext import JsonObject, JsonTextError, Number, dumps_layout, loads, read_plain
 
 Flavour = Literal["standard", "vllm-sr", "legacy"]
 _STATUS_CODE = {413: "request_too_large", 422: "invalid_request", 429: "rate_limited", 503: "unavailable", 504: "deadline_exceeded", 529: "overloaded"}
@@ -185,6 +185,29 @@ def item_result(doc: Mapping[str, Any]) -> ItemResult:
 def _unanswered(name: str) -> ItemResult:
     info = ErrorInfo(500, "question_failed", f"the upstream gave no answer for {name!r}", "unknown", "invalid_model_output", state=name)
     return ItemResult(error=info)
+
+
+def reply_as_sent(body: bytes, ir: Request | Batch, endpoint: Endpoint, flavour: Flavour) -> bytes | None:
+    """What ``reply_doc`` writes for an upstream's reply to one request, when that is the reply
+    itself: every question answered, in request order, under ``model``, ``answers`` and
+    ``usage`` in that order, nothing to raise or to strip. Then the upstream's text, laid out as
+    ``dumpb`` lays it out, is the answer, and its numbers are never read; None otherwise."""
+    if flavour == "standard" or not isinstance(ir, Request):
+        return None
+    doc = read_plain(body)
+    if type(doc) is not dict or list(doc)[:3] != ["model", "answers", "usage"]:
+        return None
+    answers = doc["answers"]
+    if type(doc["model"]) is not str or not doc["model"] or doc["usage"] is None or type(answers) is not dict or len(answers) < len(ir.questions):
+        return None
+    raises = endpoint != "decisions"  # where a failed question fails the request
+    for (q_id, question), a_id in zip(ir.questions.items(), answers):
+        if a_id != q_id or question.problem is not None:
+            return None
+        answer = answers[q_id]
+        if raises and (answer is None or (type(answer) is dict and "error" in answer)):
+            return None
+    return dumps_layout(body)
 
 
 def reply_doc(reply: Reply, ir: Request | Batch, endpoint: Endpoint, flavour: Flavour) -> JsonObject:

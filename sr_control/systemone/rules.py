@@ -7,12 +7,16 @@ standard says, except vllm-sr extension fields, which it refuses.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from sr_control.systemone import fieldtypes
 from sr_control.systemone.generated import fields as F
+
+# How a question may spell its criteria; the first one present is read (4.0 spellings second).
+CRITERIA_SPELLINGS = ("criteria", "choices", "levels", "labels")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +36,19 @@ class Reading:
     ignore_unknown: bool = False  # 0.2: the standard ignores unknown members...
     refused: frozenset[str] = frozenset()  # ...but vllm-sr extension fields are refused
     tolerant: bool = False  # /v1/decisions: a failed question is kept, not raised
+    # Derived once, for the per-request path: question type -> the criteria spellings it takes,
+    # -> a yes/no for its standard ``criteria``, and each option -> a yes/no for its value (a no is
+    # explained by ``fieldtypes.problems``).
+    spellings: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    criteria_valid: Mapping[str, Callable[[Any], bool]] = field(init=False, repr=False, compare=False)
+    option_valid: Mapping[str, Callable[[Any], bool]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        spellings = {t: tuple(s for s in CRITERIA_SPELLINGS if s in members) for t, members in self.question_members.items()}
+        checks = {t: fieldtypes.validator(*spec) for t, spec in self.criteria.items() if spec is not None}
+        object.__setattr__(self, "spellings", MappingProxyType(spellings))
+        object.__setattr__(self, "criteria_valid", MappingProxyType(checks))
+        object.__setattr__(self, "option_valid", MappingProxyType({name: fieldtypes.validator(*spec) for name, spec in self.options.items()}))
 
 
 def _ext(level: str) -> dict[str, dict[str, Any]]:

@@ -1,6 +1,7 @@
 """Writing the IR out: the internal wire form, and standard requests for a target schema.
 
     internal_doc(ir) -> JSON object      lossless: what the internal reading read, written back
+    internal_body(ir, model=...) -> bytes    the same as bytes; model: the pool member's, for every one named
     request_doc(request, "vllm-sr/5.0" | "systemone/0.2", model=...) -> JSON object
 
 The internal form is the 4.0 request form plus ``roles`` (absent: 4.0 implicit roles; null: no
@@ -15,21 +16,28 @@ left out by the generated strip list, and what 0.2 cannot carry raises Unsupport
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
+from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 from sr_control.systemone.errors import UnsupportedCapability
 from sr_control.systemone.generated.fields import IMPLICIT_ROLES, PRESETS
 from sr_control.systemone.generated.strip import REFUSE, STRIP
 from sr_control.systemone.ir import MISSING, Batch, Question, Request
-from sr_control.systemone.jsontext import JsonObject, freeze
+from sr_control.systemone.jsontext import JsonObject, dumpb_content, dumps_layout, freeze
 
 _REQUEST_ORDER = ("model", "state", "states", "roles", "questions", "assets", "images", "videos", "media", "options")
 _INLINE = {"image": ("images", "⟦img-{}⟧"), "video": ("videos", "⟦vid-{}⟧")}
 
 
-def _ordered(order: Iterable[str], members: dict[str, Any]) -> JsonObject:
+def _ordered(order: tuple[str, ...], members: dict[str, Any]) -> JsonObject:
     """``members`` in the client's order, then any new ones in the standard's order."""
+    if len(order) == len(members):  # the usual case: the members are the client's, in C
+        try:
+            return JsonObject(zip(order, map(members.__getitem__, order)))
+        except KeyError:
+            pass
     out: list[tuple[str, Any]] = [(name, members[name]) for name in order if name in members]
     seen = {name for name, _ in out}
     out += [(name, value) for name, value in members.items() if name not in seen]
@@ -37,6 +45,37 @@ def _ordered(order: Iterable[str], members: dict[str, Any]) -> JsonObject:
 
 
 # ---------------------------------------------------------------------------- internal form
+
+
+def internal_body(ir: Request | Batch, model: str | None = None) -> bytes:
+    """The internal form as bytes: what ``dumpb(internal_doc(ir))`` writes, written in C.
+
+    With ``model``, the body for the pool member chosen to answer: every model name the request
+    gives (a batch's, its requests') becomes ``model``; a request that names none still names
+    none. The IR is one a listener codec read, whose numbers are ``Number`` literals.
+    """
+    if model is not None and renames(ir, model):
+        ir = _with_model(ir, model)
+    elif isinstance(ir, Request) and ir.source is not None:
+        wire = dumps_layout(ir.source)
+        if ir.roles.mode == "none" and "roles" not in ir.order:
+            wire = wire[:-1] + b', "roles": null}'  # as _internal_request adds it: last
+        return wire
+    return dumpb_content(internal_doc(ir))
+
+
+def renames(ir: Request | Batch, model: str) -> bool:
+    """Whether ``ir`` gives a model name other than ``model``, which ``internal_body`` replaces."""
+    if isinstance(ir, Request):
+        return ir.model is not None and ir.model != model
+    return any(m is not None and m != model for m in (ir.model, *(r.model for r in ir.items.values())))
+
+
+def _with_model(ir: Request | Batch, model: str) -> Request | Batch:
+    if isinstance(ir, Request):
+        return ir if ir.model is None else replace(ir, model=model)
+    named = {name: r if r.model is None else replace(r, model=model) for name, r in ir.items.items()}
+    return replace(ir, model=None if ir.model is None else model, items=MappingProxyType(named))
 
 
 def internal_doc(ir: Request | Batch) -> JsonObject:
@@ -92,6 +131,8 @@ def _with_long_context(options: JsonObject | None, long_context: bool) -> JsonOb
 def _internal_question(q: Question) -> Any:
     if q.problem is not None:
         return q.raw
+    if q.as_read is not None:
+        return q.as_read
     members: dict[str, Any] = {"type": q.type}
     if q.instructions is not MISSING:
         members["instructions"] = q.instructions
