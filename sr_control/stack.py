@@ -18,7 +18,6 @@ runtime stop, each within a bound.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
@@ -160,9 +159,7 @@ class Stack:
         path = self.options.state_dir / "logs" / f"{name}.log"
         out = path.open("wb")
         _log.info("starting", part=name, log=str(path))
-        process = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent
-        )
+        process = subprocess.Popen(_dying_with_parent(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         out.close()
         self._children.append(_Child(name, process, path))
 
@@ -251,17 +248,15 @@ class Stack:
         return rows
 
 
-# Looked up here, not in the child: between fork and exec the child may take no lock another
-# thread of this process (the control plane's) might have held, the import lock included.
-_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
-_PR_SET_PDEATHSIG = 1
+# A child in a session of its own gets no Ctrl-C, and would outlive a supervisor that is killed:
+# util-linux's setpriv asks the kernel to SIGTERM it when the supervisor dies, however it dies.
+# (Not a preexec_fn: Python code between fork and exec in this threaded process can crash the
+# child, which was seen once as an Envoy "exiting" with SIGSEGV before it ran.)
+_SETPRIV = shutil.which("setpriv") if sys.platform == "linux" else None
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM it when the supervisor dies, however it dies (a child
-    in a session of its own gets no Ctrl-C, and would outlive a killed supervisor)."""
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def _dying_with_parent(argv: list[str]) -> list[str]:
+    return [_SETPRIV, "--pdeathsig", "TERM", "--", *argv] if _SETPRIV else argv
 
 
 def _free(name: str, port: int, host: str = "127.0.0.1") -> None:

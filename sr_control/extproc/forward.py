@@ -35,10 +35,9 @@ from sr_control.systemone import Batch, ClientRequest, ItemResult, ListenerCodec
 from sr_control.systemone.client import CLIENTS, Policy, Target, WireReply
 from sr_control.systemone.errors import ErrorInfo, UnsupportedCapability
 from sr_control.systemone.ir import frozen_map, items
-from sr_control.systemone.jsontext import dumpb
 from sr_control.systemone.listener import LISTENERS
 from sr_control.systemone.replies import decode_error, decode_reply
-from sr_control.systemone.writing import internal_doc
+from sr_control.systemone.writing import internal_body
 
 # Statuses after which another member may well answer: overloaded, unavailable, a gateway's.
 RETRIABLE = frozenset({429, 502, 503, 504, 529})
@@ -300,18 +299,6 @@ class SystemOne:
 # ---------------------------------------------------------------------------- the IR for a member
 
 
-def internal_body(ir: Request | Batch, model: str) -> bytes:
-    """The internal form of ``ir`` with every model name it gives replaced by ``model``."""
-    return dumpb(internal_doc(_with_model(ir, model)))
-
-
-def _with_model(ir: Request | Batch, model: str) -> Request | Batch:
-    if isinstance(ir, Request):
-        return ir if ir.model is None else replace(ir, model=model)
-    named = {n: (r if r.model is None else replace(r, model=model)) for n, r in ir.items.items()}
-    return replace(ir, model=None if ir.model is None else model, items=frozen_map(named))
-
-
 def _names_only(ir: Request | Batch, model: str) -> bool:
     """Every model name in ``ir`` is absent, the standard's alias, or ``model``."""
     names = [ir.model, *(r.model for _, r in items(ir))] if isinstance(ir, Batch) else [ir.model]
@@ -328,4 +315,4 @@ def _http(answer: Any) -> Answer:
     return Answer(answer.status, answer.headers, answer.body)
 
 
-__all__ = ["RETRIABLE", "Call", "SystemOne", "error_answer", "internal_body", "listener_codec"]
+__all__ = ["RETRIABLE", "Call", "SystemOne", "error_answer", "listener_codec"]

@@ -95,10 +95,12 @@ def test_serve_runs_the_stack_answers_through_the_listener_and_drains_on_sigterm
         # it Envoy takes no new connection; then every part exits.
         outcomes, stopping = _traffic_during(lambda: stack.send_signal(signal.SIGTERM), f"http://127.0.0.1:{ports.listener}/v1/systemone/batch")
         assert stack.wait(timeout=60) == 0
-        in_flight = [o for o in outcomes if o[1] < stopping]
-        assert in_flight and all(o[0] == 200 for o in in_flight), [(o[0], round(o[1] - stopping, 3), round(o[2] - stopping, 3)) for o in outcomes]
-        assert any(o[2] > stopping for o in in_flight), "no request was in flight when SIGTERM came"
-        assert {o[0] for o in outcomes if o[1] > stopping} <= {200, "not taken"}
+        seen = [(o[0], round(o[1] - stopping, 3), round(o[2] - stopping, 3)) for o in outcomes]
+        # Every request Envoy took was answered in full: no 5xx, no reset mid-answer. Only a
+        # connection made as the listener closed (sent within the moment SIGTERM came) is refused.
+        assert {o[0] for o in outcomes} <= {200, "not taken"}, seen
+        assert all(o[1] > stopping - 0.5 for o in outcomes if o[0] == "not taken"), seen
+        assert any(o[0] == 200 and o[1] < stopping < o[2] for o in outcomes), ("no request was in flight when SIGTERM came", seen)
         assert [pid for pid in children if _alive(pid)] == [], "children outlived the stack"
     finally:
         if stack.poll() is None:
