@@ -57,9 +57,6 @@ class CardBook:
     def _key(m: Member) -> tuple[Any, ...]:
         return (m.name, m.endpoints, m.model, m.schema, m.api_key_env, m.declared)
 
-    def peek(self, member: Member) -> CardState | None:
-        return self._states.get(self._key(member)) if member.schema == "vllm-sr/5.0" else self._declared(member)
-
     def current(self, member: Member) -> CardState | None:
         """What is known of the member now (None: never fetched); starts a refresh when stale."""
         if member.schema != "vllm-sr/5.0":
@@ -83,15 +80,6 @@ class CardBook:
         self._states[key] = CardState(old.card, why, self._clock() - self.refresh_s, old.description, old.release_date, healthy=False)
         self._start(key, member)
 
-    def is_down(self, member: Member) -> str | None:
-        """Why the member is down (its card cannot be fetched, or its last call failed), or None."""
-        state = self.peek(member)
-        if state is None:
-            return None
-        if state.card is None:
-            return state.error or "no model card"
-        return None if state.healthy else state.error
-
     def states(self) -> dict[str, CardState]:
         return {self._names.get(k, k[0]): s for k, s in self._states.items()}
 
@@ -99,12 +87,6 @@ class CardBook:
         """Fetch the cards of members not seen yet (at start, after a config change)."""
         fresh = [m for m in members.values() if m.schema == "vllm-sr/5.0" and self._key(m) not in self._states]
         await asyncio.gather(*(self._fetch(self._key(m), m) for m in fresh))
-
-    def forget(self, keep: Mapping[str, Member]) -> None:
-        """Drop cards of members no version names any more."""
-        live = {self._key(m) for m in keep.values()}
-        for key in [k for k in self._states if k not in live]:
-            del self._states[key]
 
     def _declared(self, member: Member) -> CardState:
         d = member.declared
