@@ -27,6 +27,7 @@ from sr_control.xds.cache import SnapshotCache
 from sr_control.xds.delta import DeltaStream
 from sr_control.xds.hooks import Hooks, Protocol, StreamInfo
 from sr_control.xds.sotw import SotwStream
+from sr_control.xds.stream import REMOVAL_GRACE
 
 Stream = Union[SotwStream, DeltaStream]
 # A whole config for 1,000 listeners is a few MiB; grpcio refuses messages over 4 MiB by default.
@@ -41,7 +42,8 @@ _log = log.get_logger("vllm_sr.xds")
 
 
 class AdsService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
-    def __init__(self, cache: SnapshotCache, hooks: Hooks = Hooks(), *, max_streams: int = MAX_STREAMS) -> None:
+    def __init__(self, cache: SnapshotCache, hooks: Hooks = Hooks(), *, max_streams: int = MAX_STREAMS, removal_grace: float = REMOVAL_GRACE) -> None:
+        self.removal_grace = removal_grace
         self.cache = cache
         self.hooks = hooks
         self.max_streams = max_streams
@@ -88,6 +90,7 @@ class AdsService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         info = StreamInfo(next(self._ids), protocol, context.peer())
         stream = make(info, self.cache, self.hooks, lambda: events.put(("push", None)))
+        stream.removal_grace = self.removal_grace
 
         def read() -> None:
             try:

@@ -46,6 +46,10 @@ NAMED_BY_OTHERS = frozenset({CLUSTER, SIDECAR})
 # the Envoys to drop the routes that named it. A sidecar that has not got the data in time waits
 # for it on its own (docs/xds/sidecar-versions.md), so this only needs to cover a normal ACK.
 GATE_WAIT = 1.0
+# How long a cluster stays after the routes that named it are gone (step 5). A request Envoy
+# matched against the old routes may still be in the sidecar, which then names the old cluster;
+# it must still be there. Streams made by the server use this; a bare Stream removes at once.
+REMOVAL_GRACE = 2.0
 
 _log = log.get_logger("vllm_sr.xds")
 
@@ -91,6 +95,7 @@ class Stream:
         self._gate: tuple[tuple[str, str, bool], float] | None = None  # (what waits, deadline)
         self._timer: threading.Timer | None = None
         self._opened = False
+        self.removal_grace = 0.0  # see REMOVAL_GRACE
 
     # -- what the protocols call
 
@@ -186,6 +191,14 @@ class Stream:
 
     def _gate_open(self, t: str, final: bool, snapshot: Snapshot) -> bool:
         """Whether the other streams are where step ``(t, final)`` needs them (or waited long enough)."""
+        if t == CLUSTER and final and self.removal_grace > 0:
+            key = (snapshot.version, t, final)
+            now = time.monotonic()
+            if self._gate is None or self._gate[0] != key:
+                self._gate = (key, now + self.removal_grace)
+                self._arm(self.removal_grace)
+                return False
+            return now >= self._gate[1]
         if t == ROUTE and not final:
             lagging = self._cache.lagging(self.info.node, SIDECAR, snapshot.version, settled=False, exclude=self.info.id)
         elif t == SIDECAR and final:
