@@ -15,6 +15,7 @@ and JSON is what a test's hand-written API server serves.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -62,12 +63,7 @@ class SliceWatch:
 
     def stop(self) -> None:
         self._stop.set()
-        response = self._response
-        if response is not None:
-            try:
-                response.close()  # ends a read blocked on the watch stream
-            except Exception:  # noqa: BLE001 - it is being thrown away
-                pass
+        _interrupt(self._response)
         self._thread.join(timeout=2)
 
     def slices(self) -> list[Slice]:
@@ -78,14 +74,19 @@ class SliceWatch:
 
     def _run(self) -> None:
         backoff = BACKOFF_S[0]
+        gone = 0  # expiries in a row: a server that expires every fresh list is waited out, not hammered
         while not self._stop.is_set():
             try:
                 self._list()
                 backoff = BACKOFF_S[0]
                 while not self._stop.is_set():
                     self._watch()
+                    gone = 0
             except _Gone:
                 _log.info("endpointslice watch expired; listing again", namespace=self.namespace, service=self.service)
+                gone += 1
+                if gone > 1:
+                    self._stop.wait(min(BACKOFF_S[0] * 2 ** (gone - 2), BACKOFF_S[1]))
             except Exception as exc:  # noqa: BLE001 - whatever it is, retry; the last slices stay in use
                 if self._stop.is_set():
                     return
@@ -171,6 +172,17 @@ class SliceWatch:
         self.error = message
 
 
+def _interrupt(response: Any) -> None:
+    """End a read blocked on a watch stream, from another thread: shutting the socket down wakes
+    the reader at once (closing the response would wait for the reader's lock)."""
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed
+
+
 def _describe(exc: Exception, namespace: str) -> str:
     status = getattr(exc, "status", None)
     if status == 403:
@@ -187,7 +199,6 @@ def api_client(kubeconfig: Path | None) -> tuple[Any, str]:
     """A ``kubernetes`` ApiClient and the namespace it defaults to: from ``kubeconfig``, else
     from the pod's service account (in a cluster). Raises ValueError naming what is missing."""
     from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
 
     configuration = client.Configuration()
     try:
@@ -198,9 +209,10 @@ def api_client(kubeconfig: Path | None) -> tuple[Any, str]:
         else:
             config.load_incluster_config(client_configuration=configuration)
             namespace = IN_CLUSTER_NAMESPACE.read_text().strip() if IN_CLUSTER_NAMESPACE.exists() else "default"
-    except (ConfigException, OSError, TypeError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a kubeconfig fails in many ways (YAML, missing keys, files); each is one line
         where = f"kubeconfig {kubeconfig}" if kubeconfig is not None else "the pod's service account (in-cluster config)"
-        raise ValueError(f"cannot use {where}: {exc}") from None
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ValueError(f"cannot use {where}: {reason}") from None
     return client.ApiClient(configuration), namespace
 
 

@@ -21,7 +21,8 @@ class StatusServer:
         status: Callable[[], dict[str, Any]],
         metrics: Callable[[], bytes],
         serving: Callable[[], bool],
-        alive: Callable[[], bool],
+        # The ext_proc sidecar shares this server and has no watch loop that could stop.
+        alive: Callable[[], bool] = lambda: True,
     ) -> None:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
