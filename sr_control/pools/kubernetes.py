@@ -128,6 +128,8 @@ class SliceWatch:
             _request_timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S),
         )
         try:
+            if self._stop.is_set():
+                return  # stop() ran before the response existed, so it could not interrupt it
             for line in iter_resp_lines(self._response):
                 if self._stop.is_set():
                     return
