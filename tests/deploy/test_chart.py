@@ -300,9 +300,9 @@ def test_the_values_schema_is_generated_from_the_config_schema() -> None:
 
 def _leaves(node: Any, prefix: str = "") -> list[str]:
     """Documented paths: every key down to a scalar, a list or an empty map; the router config
-    (documented in docs/config/reference.md) and the runtime groups' map (documented through
-    runtimeDefaults) as themselves."""
-    if not isinstance(node, dict) or not node or prefix in ("config", "runtimes"):
+    (documented in docs/config/reference.md), the runtime groups' map (documented through
+    runtimeDefaults) and Kubernetes resource requirements as themselves."""
+    if not isinstance(node, dict) or not node or prefix in ("config", "runtimes") or prefix.endswith(".resources"):
         return [prefix]
     return [leaf for key, value in node.items() for leaf in _leaves(value, f"{prefix}.{key}" if prefix else key)]
 
