@@ -1,12 +1,18 @@
-"""Accuracy of the built-in models on bench/data/labelled.jsonl, beside the majority-class baseline.
+"""Accuracy of the built-in models on the labelled sets, beside the majority-class baseline.
 
 Each example is one request with one question. The decision read from an answer is the one
 seed 001 uses: noul >= 0.5, a choice's top option, a score's most likely level. Baselines: noul,
-the overall majority class; choice and score, the majority label of each question (labels only
-mean something within their question). Also prints load time, time per request, the answers to
-seed 002's examples, and (for `default`) the fit of its constants with 5-fold cross-validation.
+the majority class of the part; choice and score, the majority label of each question (labels
+only mean something within their question). Each accuracy comes with its 95% Wilson interval.
 
-    .venv/bin/python bench/builtin_accuracy.py [--models default,smollm2-135m] [--device cpu]
+The parts (bench/data/README.md): `dev` (bench/data/builtin-dev.jsonl, the only part any
+constant was fitted on), `heldout` (bench/data/builtin-heldout.jsonl, never read by a fit) and
+`legacy` (bench/data/labelled.jsonl, the first 131 examples). Also prints load time, time per
+request and the answers to seed 002's examples. `--fit` refits `default`'s constants on the
+part they were fitted on (legacy): the noul relevance threshold with 5-fold cross-validation and
+the choice/score softmax temperature by log-loss.
+
+    .venv/bin/python bench/builtin_accuracy.py [--models default,smollm2-135m] [--parts dev,heldout] [--fit]
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -22,17 +29,22 @@ from typing import Any
 from sr_runtime.loader import load_engine
 from sr_runtime.request import read_request
 
-DATA = Path(__file__).with_name("data") / "labelled.jsonl"
+DATA = Path(__file__).with_name("data")
+PARTS = {"dev": DATA / "builtin-dev.jsonl", "heldout": DATA / "builtin-heldout.jsonl", "legacy": DATA / "labelled.jsonl"}
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "requests"
+TYPES = ("noul", "choice", "score")
 
 
-def examples() -> list[dict[str, Any]]:
-    return [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line.strip()]
+def examples(part: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in PARTS[part].read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def body(example: dict[str, Any]) -> dict[str, Any]:
     question = {k: example[k] for k in ("type", "instructions", "criteria") if k in example}
-    return {"state": example["state"], "questions": {"q": question}}
+    out = {"state": example["state"], "questions": {"q": question}}
+    if "roles" in example:
+        out["roles"] = example["roles"]
+    return out
 
 
 def decision(answer: Any) -> Any:
@@ -43,6 +55,10 @@ def decision(answer: Any) -> Any:
     return max(range(len(answer.probabilities)), key=lambda i: answer.probabilities[i])
 
 
+def question_key(row: dict[str, Any]) -> str:
+    return json.dumps([row.get("instructions"), row.get("criteria")])
+
+
 def baselines(rows: list[dict[str, Any]]) -> dict[str, float]:
     out = {}
     noul = [r["label"] for r in rows if r["type"] == "noul"]
@@ -51,43 +67,59 @@ def baselines(rows: list[dict[str, Any]]) -> dict[str, float]:
         groups: dict[str, list[Any]] = defaultdict(list)
         for r in rows:
             if r["type"] == kind:
-                groups[json.dumps([r.get("instructions"), r.get("criteria")])].append(r["label"])
+                groups[question_key(r)].append(r["label"])
         total = sum(len(g) for g in groups.values())
         out[kind] = sum(Counter(g).most_common(1)[0][1] for g in groups.values()) / total
     return out
 
 
-def evaluate(name: str, device: str, rows: list[dict[str, Any]], base: dict[str, float]) -> None:
+def wilson(right: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion (sound near 0 and 1, unlike p +- 2 se)."""
+    p = right / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def evaluate(name: str, device: str, parts: list[str]) -> None:
     start = time.perf_counter()
     engine = load_engine(name, device=device)
     load = time.perf_counter() - start
-    right: Counter[str] = Counter()
-    count: Counter[str] = Counter()
-    start = time.perf_counter()
-    for row in rows:
-        answer = engine.answer_batch([read_request(body(row)).request])[0].answers[0]
-        count[row["type"]] += 1
-        right[row["type"]] += decision(answer) == row["label"]
-    per_request = (time.perf_counter() - start) / len(rows)
-    print(f"\n## {name}: load {load:.1f} s, {per_request * 1000:.0f} ms per one-question request ({device})\n")
-    print("| type | examples | accuracy | majority baseline |")
-    print("|---|---|---|---|")
-    for kind in ("noul", "choice", "score"):
-        print(f"| {kind} | {count[kind]} | {right[kind] / count[kind]:.0%} | {base[kind]:.0%} |")
+    print(f"\n## {name}: load {load:.1f} s ({device})\n")
+    print("| part | type | examples | accuracy | 95% interval | majority baseline |")
+    print("|---|---|---|---|---|---|")
+    timed, took = 0, 0.0
+    for part in parts:
+        rows = examples(part)
+        base = baselines(rows)
+        right: Counter[str] = Counter()
+        count: Counter[str] = Counter()
+        for row in rows:
+            request = read_request(body(row)).request
+            start = time.perf_counter()
+            answer = engine.answer_batch([request])[0].answers[0]
+            took += time.perf_counter() - start
+            timed += 1
+            count[row["type"]] += 1
+            right[row["type"]] += decision(answer) == row["label"]
+        for kind in TYPES:
+            low, high = wilson(right[kind], count[kind])
+            print(f"| {part} | {kind} | {count[kind]} | {right[kind] / count[kind]:.1%} | {low:.0%}-{high:.0%} | {base[kind]:.1%} |")
+    print(f"\n{took / timed * 1000:.0f} ms per one-question request on average ({timed} requests)")
     for label, file in (("seed 002 curl example", "seed-002-curl.json"), ("seed 002 request", "seed-002-request.json")):
         parsed = read_request(json.loads((EXAMPLES / file).read_text()))
         start = time.perf_counter()
         result = engine.answer_batch([parsed.request])[0]
-        took = time.perf_counter() - start
         answers = parsed.response(engine.name, result)["answers"]
-        print(f"\n{label} ({took * 1000:.0f} ms): `{json.dumps(answers, ensure_ascii=False)}`")
+        print(f"\n{label} ({(time.perf_counter() - start) * 1000:.0f} ms): `{json.dumps(answers, ensure_ascii=False)}`")
 
 
-def fit_default(rows: list[dict[str, Any]]) -> None:
-    """The relevance threshold for noul (5-fold CV) and the softmax temperature (log-loss)."""
+def fit_default() -> None:
+    """`default`'s constants on the part they were fitted on (legacy): noul threshold (5-fold CV), temperature."""
     from sr_runtime.builtins.embedding import CHOICE_TEMPERATURE, NOUL_THRESHOLD, EmbeddingEngine
     from sr_runtime.types import render_text
 
+    rows = examples("legacy")
     engine = load_engine("default")
     assert isinstance(engine, EmbeddingEngine)
 
@@ -135,15 +167,19 @@ def fit_default(rows: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="default,smollm2-135m")
+    parser.add_argument("--parts", default="dev,heldout", help="any of dev, heldout, legacy")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--fit", action="store_true", help="refit default's constants on legacy (and evaluate nothing)")
     args = parser.parse_args()
-    rows = examples()
-    base = baselines(rows)
-    print(f"# {DATA.name}: {dict(Counter(r['type'] for r in rows))}")
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # rows appear as they are measured
+    if args.fit:
+        fit_default()
+        return
+    parts = args.parts.split(",")
+    for part in parts:
+        print(f"# {PARTS[part].name}: {dict(Counter(r['type'] for r in examples(part)))}")
     for name in args.models.split(","):
-        evaluate(name, args.device, rows, base)
-    if "default" in args.models.split(","):
-        fit_default(rows)
+        evaluate(name, args.device, parts)
 
 
 if __name__ == "__main__":

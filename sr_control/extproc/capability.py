@@ -11,7 +11,8 @@ names, per member, why it was not chosen.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 from sr_control.systemone.generated.strip import REFUSE
 from sr_control.systemone.ir import MISSING, Batch, Request, items
@@ -24,7 +25,7 @@ CHARS_PER_TOKEN_FLOOR = 8
 CONTRACT_MAJOR = "5"  # the runtime contract this router speaks (GET /health api_version 5.0.0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Needs:
     question_types: frozenset[str]
     modalities: frozenset[str]
@@ -32,7 +33,24 @@ class Needs:
     max_options: int = 0  # the largest choice (options) or set/span (labels) asked
     max_labels: int = 0
     levels: tuple[int, int] | None = None  # fewest and most score levels asked
-    input_tokens: int = 0  # a floor estimate of state + the longest question
+    ir: Request | Batch | None = field(default=None, compare=False, repr=False)
+    body_bytes: int = 0  # the request as sent: no more characters than this
+
+    def fits(self, max_input_tokens: int) -> bool:
+        """Whether the input may fit: the body's size decides at once for most requests, and
+        only a body that could be too long has its text counted."""
+        return self.body_bytes // CHARS_PER_TOKEN_FLOOR <= max_input_tokens or self.input_tokens <= max_input_tokens
+
+    @cached_property
+    def input_tokens(self) -> int:
+        """A floor estimate of the state plus the longest question, in tokens."""
+        if self.ir is None:
+            return 0
+        tokens = 0
+        for _, request in items(self.ir):
+            longest = max((_chars(q.instructions) + _chars(q.criteria) for q in request.questions.values() if q.problem is None), default=0)
+            tokens = max(tokens, (_chars(request.state) + longest) // CHARS_PER_TOKEN_FLOOR)
+        return tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,19 +79,18 @@ class Card:
 STANDARD_CARD = Card(frozenset({"noul", "choice", "score"}), frozenset({"text"}), fields=frozenset(), source="standard")
 
 
-def needs_of(ir: Request | Batch) -> Needs:
+def needs_of(ir: Request | Batch, body_bytes: int | None = None) -> Needs:
+    """What ``ir`` needs; ``body_bytes`` (the body's size) spares counting the text of a request
+    that plainly fits (None: always count)."""
     types: set[str] = set()
     modalities = {"text"}
     fields: set[str] = set()
     options = labels = 0
     fewest, most = 0, 0
-    tokens = 0
     refused_fields = REFUSE["question"]
     for _, request in items(ir):
         for asset in request.assets.values():
             modalities.add(asset.type)
-        state_chars = _chars(request.state)
-        longest = 0
         for q in request.questions.values():
             if q.problem is not None:
                 continue  # /v1/decisions: it fails on its own, wherever the request goes
@@ -87,10 +104,9 @@ def needs_of(ir: Request | Batch) -> Needs:
                 fewest, most = (min(fewest, n) if fewest else n), max(most, n)
             elif q.type in ("set", "span") and isinstance(criteria, dict):
                 labels = max(labels, len(criteria))
-            longest = max(longest, _chars(q.instructions) + _chars(criteria))
-        tokens = max(tokens, (state_chars + longest) // CHARS_PER_TOKEN_FLOOR)
     return Needs(
-        frozenset(types), frozenset(modalities), frozenset(fields), options, labels, (fewest, most) if most else None, tokens
+        frozenset(types), frozenset(modalities), frozenset(fields), options, labels, (fewest, most) if most else None,
+        ir, body_bytes if body_bytes is not None else 1 << 62,
     )
 
 
@@ -120,7 +136,7 @@ def lacks(needs: Needs, card: Card) -> tuple[str, ...]:
         if (lim.min_levels is not None and fewest < lim.min_levels) or (lim.max_levels is not None and most > lim.max_levels):
             asked = str(most) if fewest == most else f"{fewest} to {most}"
             out.append(f"score questions of {asked} levels (it reads {lim.min_levels}-{lim.max_levels})")
-    if lim.max_input_tokens and needs.input_tokens > lim.max_input_tokens:
+    if lim.max_input_tokens and not needs.fits(lim.max_input_tokens):
         out.append(f"an input of at least {needs.input_tokens} tokens (it reads at most {lim.max_input_tokens})")
     return tuple(out)
 

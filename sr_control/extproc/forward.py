@@ -95,7 +95,7 @@ class SystemOne:
             for form in req.legacy_forms:
                 self.s.metrics.diagnostics.labels(incoming.listener, form).inc()
             name, members = self._resolve(incoming, req.ir)
-            ranking = await self.s.pool.rank(name, members, needs_of(req.ir))
+            ranking = await self.s.pool.rank(name, members, needs_of(req.ir, len(body)))
             if not ranking.capable:
                 raise ranking.error()
         except ProtocolError as exc:
@@ -140,10 +140,13 @@ class SystemOne:
 
     def _body_for(self, req: ClientRequest, member: Member) -> tuple[bytes | None, str]:
         """The body for ``member``: None (the client's own bytes) when the plan is passthrough
-        and every model the request names is one the member answers to."""
-        if req.plan.kind == "passthrough" and _names_only(req.ir, member.model):
+        and every model the request names is one the member answers to; else the internal
+        form, the plan's own unless a model name must change."""
+        if not _names_only(req.ir, member.model):
+            return internal_body(req.ir, member.model), "convert"
+        if req.plan.kind == "passthrough":
             return None, "passthrough"
-        return internal_body(req.ir, member.model), "convert"
+        return req.plan.body, "convert"
 
     def _authorization(self, incoming: Incoming, member: Member) -> str | None:
         """The member's key as an Authorization value; "" to remove the client's (it was the

@@ -47,6 +47,8 @@ from sr_control.xds.http import StatusServer
 # Bodies of up to 32 MiB come whole in one message (grpcio's default limit is 4 MiB).
 MAX_MESSAGE = 64 * 1024 * 1024
 _STATUS_EVERY_S = 0.5
+NOT_READY = "no data yet for the listeners served"
+NOT_ALIVE = "a worker stopped following the control plane"
 _log = log.get_logger("vllm_sr.extproc")
 
 
@@ -61,6 +63,7 @@ class Worker:
         self.stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
+        self._subscribing: asyncio.Future[None] | None = None
         self.started = threading.Event()
 
     async def run(self, on_status: Callable[[dict[str, Any]], None] | None = None) -> None:
@@ -95,7 +98,8 @@ class Worker:
             sidecar.metrics.versions.labels(data.listener).set(sum(1 for v in store.versions() if v.listener == data.listener))
 
         self.subscription = Subscription(s.xds, store, self.node, s.listeners, on_change=changed)
-        tasks = [asyncio.ensure_future(self.subscription.run())]
+        self._subscribing = asyncio.ensure_future(self.subscription.run())
+        tasks: list[asyncio.Future[None]] = [self._subscribing]
         if on_status is not None:
             tasks.append(asyncio.ensure_future(self._report(on_status)))
         _log.info("extproc serving", port=self.port, xds=s.xds, node=self.node.id, listeners=list(s.listeners) or "all")
@@ -117,6 +121,11 @@ class Worker:
         """From any thread or a signal handler."""
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
+
+    def alive(self) -> bool:
+        """The worker's loop runs and its subscription still follows the control plane."""
+        task = self._subscribing
+        return self._loop is not None and self._loop.is_running() and (task is None or not task.done())
 
     def ready(self) -> bool:
         """Holding data for every listener served (for all listeners: for at least one)."""
@@ -150,6 +159,7 @@ class Worker:
             "pid": os.getpid(),
             "node": self.node.id,
             "ready": self.ready(),
+            "alive": self.alive(),
             "port": self.port,
             "xds": {"target": self.settings.xds, "connected": sub.connected, "last_error": sub.last_error, "received": sub.received, "refused": sub.refused},
             "listeners": listeners,
@@ -186,6 +196,9 @@ def serve(settings: SidecarSettings, *, stop: threading.Event | None = None, on_
         status=lambda: {"workers": [worker.status_from_thread()]},
         metrics=lambda: worker.sidecar.metrics.text() if worker.started.is_set() else b"",
         serving=worker.ready,
+        alive=worker.alive,
+        not_ready=NOT_READY,
+        not_alive=NOT_ALIVE,
     )
     http.start()
 
@@ -266,7 +279,15 @@ def _supervise(settings: SidecarSettings, stop: threading.Event | None, on_ready
         now = time.time()
         return all(s.get("ready") and now - s.get("at", 0) < 5 for s in statuses()) and all(p.is_alive() for p in procs)
 
-    http = StatusServer(settings.host, settings.status_port, status=lambda: {"workers": statuses()}, metrics=lambda: generate_latest(registry), serving=ready)
+    def alive() -> bool:
+        now = time.time()
+        return all(p.is_alive() for p in procs) and all(now - s.get("at", now) < 10 and s.get("alive", True) for s in statuses())
+
+    http = StatusServer(
+        settings.host, settings.status_port,
+        status=lambda: {"workers": statuses()}, metrics=lambda: generate_latest(registry),
+        serving=ready, alive=alive, not_ready=NOT_READY, not_alive=NOT_ALIVE,
+    )
     http.start()
     done = threading.Event()
     _signals(lambda *_: done.set())

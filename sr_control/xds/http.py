@@ -21,8 +21,9 @@ class StatusServer:
         status: Callable[[], dict[str, Any]],
         metrics: Callable[[], bytes],
         serving: Callable[[], bool],
-        # The ext_proc sidecar shares this server and has no watch loop that could stop.
-        alive: Callable[[], bool] = lambda: True,
+        alive: Callable[[], bool],
+        not_ready: str = "no valid config yet",
+        not_alive: str = "config watch stopped: edits are no longer read",
     ) -> None:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -40,12 +41,12 @@ class StatusServer:
                 elif path == "/healthz":
                     # Ready once a version is served: an Envoy connecting now gets a config.
                     ok = serving()
-                    self._send(200 if ok else 503, "text/plain", b"serving\n" if ok else b"no valid config yet\n")
+                    self._send(200 if ok else 503, "text/plain", b"serving\n" if ok else not_ready.encode() + b"\n")
                 elif path == "/livez":
                     # A process that no longer reads edits would serve a stale config forever:
                     # restarting it is the cure, so liveness fails.
                     ok = alive()
-                    self._send(200 if ok else 503, "text/plain", b"alive\n" if ok else b"config watch stopped: edits are no longer read\n")
+                    self._send(200 if ok else 503, "text/plain", b"alive\n" if ok else not_alive.encode() + b"\n")
                 else:
                     self._send(404, "application/json", b'{"detail":"try /status, /metrics, /healthz or /livez"}\n')
 

@@ -157,3 +157,61 @@ def test_client_sent_routing_headers_are_dropped_on_arrival(resources: Resources
     from tests.compiler.compiled import route_config
 
     assert route_config(resources, "public")["internal_only_headers"] == ["x-vsr-cluster"]
+
+
+def test_a_request_the_sidecar_named_a_cluster_for_takes_the_forward_route_whatever_its_path(resources: Resources) -> None:
+    for listener, path in (("public", "/v1/decisions"), ("chat", "/openai/v1/chat/completions"), ("chat", "/anything")):
+        route = route_for(resources, listener, path, headers=frozenset({"x-vsr-cluster"}))
+        assert route["name"] == "forward"
+        assert route["route"]["cluster_header"] == "x-vsr-cluster" and route["route"]["auto_host_rewrite"] is True
+        assert route["request_headers_to_remove"] == ["x-vsr-cluster"]  # upstreams never see it
+        assert route["route"]["retry_policy"]["retry_on"] == "connect-failure,refused-stream,reset"
+    # A client's request never carries the header (dropped on arrival), so it matches by path.
+    assert route_for(resources, "public", "/v1/decisions")["name"] == "systemone:/v1/decisions"
+
+
+def test_system_one_models_are_listed_where_system_one_is_offered(resources: Resources) -> None:
+    get = route_for(resources, "public", "/v1/systemone/models", "GET")
+    assert sidecar_metadata(get) == {"x-vsr-listener": "public", "x-vsr-api": "models", "x-vsr-schema": "vllm-sr/4.0", "x-vsr-config-version": sidecar_metadata(get)["x-vsr-config-version"]}  # type: ignore[index]
+    assert local_reply(route_for(resources, "public", "/v1/systemone/models", "POST"))[0] == 405
+    status, body = local_reply(route_for(resources, "chat", "/v1/systemone/models", "GET"))
+    assert status == 404  # chat offers no System One
+
+
+def test_every_answer_carries_the_request_id_as_the_sdk_reads_it(resources: Resources) -> None:
+    for listener, path in (("public", "/v1/systemone"), ("public", "/v1/chat/completions"), ("chat", "/v1/models")):
+        headers = {h["header"]["key"]: h["header"]["value"] for h in route_for(resources, listener, path, "GET" if path.endswith("models") else "POST")["response_headers_to_add"]}
+        assert headers["x-typesafe-request-id"] == "%REQ(x-request-id)%"
+
+
+KEYED = """
+version: 2
+providers:
+  models:
+    - {name: solo, api_format: chat_completions, endpoints: ["http://10.1.0.1:8000/v1"]}
+listeners:
+  - name: keyed
+    port: 8801
+    auth: {keys_env: LISTENER_KEYS}
+    apis:
+      chat_completions: {models: [solo]}
+"""
+
+
+def test_a_listener_with_keys_sends_even_a_lone_keyless_model_through_the_sidecar() -> None:
+    resources = compile_text(KEYED)
+    route = route_for(resources, "keyed", "/v1/chat/completions")
+    assert sidecar_metadata(route) is not None and "cluster" not in route["route"]
+    data = sidecar_data(resources, "keyed")
+    assert data["auth"] == {"keys_env": "LISTENER_KEYS"}  # where the keys are, never the keys
+
+
+def test_the_listener_logs_json_and_lets_the_sidecar_set_envoys_own_headers() -> None:
+    from tests.compiler.compiled import listener
+
+    hcm = listener(compile_text(KEYED), "keyed")["filter_chains"][0]["filters"][0]["typed_config"]
+    assert hcm["always_set_request_id_in_response"] is True
+    (log,) = hcm["access_log"]
+    assert log["typed_config"]["log_format"]["json_format"]["request_id"] == "%REQ(X-REQUEST-ID)%"
+    ext_proc = next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
+    assert ext_proc["typed_config"]["mutation_rules"] == {"allow_envoy": True}

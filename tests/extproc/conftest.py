@@ -8,7 +8,9 @@ Members and what tells them apart:
     capped    vllm-srun, vllm-sr/5.0, model tiny-26    card: 26 options at most
     standard  vllm-srun --systemone-schema systemone/0.2, model tiny-std, state_text,
               max_concurrency 2, declares noul/choice/score
-    mock      jevcompat mock (systemone/0.2), model jev-1.13.0, state_text, declares noul/choice
+    mock      jevcompat mock (systemone/0.2), model jev-1.13.0, state_text, declares noul/choice/box
+              (it answers no box: a box question gets its 422)
+    busy      jevcompat mock answering every call 429 (Retry-After: 0), model mock, declares noul
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ LISTENER_KEY = "listener-key-1"
 RUNTIME_KEY = "runtime-key-1"
 
 
-def render(ports: dict[str, int], runtimes: dict[str, Runtime], mock: Mock, llm: str, *, v40_schema: str = "vllm-sr/4.0", auto: tuple[str, ...] = ("capped", "full"), keys_file: str = "") -> str:
+def render(ports: dict[str, int], runtimes: dict[str, Runtime], mock: Mock, busy: Mock, llm: str, *, v40_schema: str = "vllm-sr/4.0", auto: tuple[str, ...] = ("capped", "full"), keys_file: str = "") -> str:
     r = runtimes
     return f"""version: 2
 providers:
@@ -54,11 +56,18 @@ deployments:
     schema: systemone/0.2
     deviations: [state_text]
     max_concurrency: 4
-    capabilities: {{question_types: [noul, choice]}}
+    capabilities: {{question_types: [noul, choice, box]}}
+  busy:
+    provider: systemone
+    endpoint: "{busy.url}/v1/systemone"
+    model: mock
+    schema: systemone/0.2
+    capabilities: {{question_types: [noul]}}
 pools:
   vllm-sr/auto: {{members: [{", ".join(auto)}]}}
   ha: {{members: [full, backup]}}
   gateways: {{members: [mock, standard]}}
+  busy-first: {{members: [busy, standard]}}
 listeners:
   - name: v40
     address: 127.0.0.1
@@ -69,7 +78,7 @@ listeners:
     address: 127.0.0.1
     port: {ports['v50']}
     apis:
-      systemone: {{models: [vllm-sr/auto, tiny, tiny-26, ha, gateways, jev-1.13.0, tiny-std], max_deadline_ms: 20000}}
+      systemone: {{models: [vllm-sr/auto, tiny, tiny-26, ha, gateways, jev-1.13.0, tiny-std, mock, busy-first], max_deadline_ms: 20000}}
   - name: keyed
     address: 127.0.0.1
     port: {ports['keyed']}
@@ -107,6 +116,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, tiny: Path) -> Iterator[Worl
     for runtime in runtimes.values():
         runtime.start()
     mock = Mock()
+    busy = Mock(busy_every=1)
     llm = Upstream("llm")
     keys = directory / "listener-keys.txt"
     keys.write_text(f"# listener keys, one a line\n{LISTENER_KEY}\nlistener-key-2\n")
@@ -117,18 +127,19 @@ def world(tmp_path_factory: pytest.TempPathFactory, tiny: Path) -> Iterator[Worl
             runtime.wait()
 
         def text(**changes: object) -> str:
-            return render(ports, runtimes, mock, llm.url, keys_file=str(keys), **changes)  # type: ignore[arg-type]
+            return render(ports, runtimes, mock, busy, llm.url, keys_file=str(keys), **changes)  # type: ignore[arg-type]
 
         plane = Plane(directory, text(), sidecar_port)
         env = {"VSR_TEST_RUNTIME_KEY": RUNTIME_KEY, "VSR_TEST_PROVIDER_KEY": "provider-key-1"}
         sidecar = SidecarProc(directory, plane.port, port=sidecar_port, env=env).wait()
         envoy = envoy_for(directory, plane, sidecar_port)
-        w = World(directory, ports, runtimes, mock, plane, sidecar, envoy, text, {"llm": llm, "keys": keys})
+        w = World(directory, ports, runtimes, mock, busy, plane, sidecar, envoy, text, {"llm": llm, "keys": keys})
         w.apply(text())
     except BaseException:
         for runtime in runtimes.values():
             runtime.stop()
         mock.stop()
+        busy.stop()
         llm.stop()
         raise
     yield w

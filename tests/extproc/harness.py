@@ -144,10 +144,10 @@ class Runtime:
 class Mock:
     """The jevcompat reference server in a thread, keeping the body of every call it gets."""
 
-    def __init__(self) -> None:
+    def __init__(self, **config: Any) -> None:
         self.bodies: list[Any] = []
         recorded = self.bodies
-        cfg = jev_mock.MockConfig()
+        cfg = jev_mock.MockConfig(**config)
 
         class Recording(jev_mock.Handler):  # type: ignore[misc, name-defined]
             def do_POST(self) -> None:  # noqa: N802
@@ -239,6 +239,7 @@ class World:
     listeners: dict[str, int]
     runtimes: dict[str, Runtime]
     mock: Mock
+    busy: Mock  # answers every call 429 with Retry-After: 0
     plane: Plane
     sidecar: SidecarProc
     envoy: Envoy
@@ -288,6 +289,7 @@ class World:
         self.sidecar.stop()
         self.plane.stop()
         self.mock.stop()
+        self.busy.stop()
         for runtime in self.runtimes.values():
             runtime.stop()
 

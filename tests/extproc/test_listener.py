@@ -7,6 +7,7 @@ import json
 import pytest
 from typesafe_sdk import Choice, Image, Noul, RetryPolicy, Score, TypeSafeBadRequestError, TypeSafeClient
 
+from tests.e2e.envoy_proc import wait_for
 from tests.e2e.http_client import request
 from tests.extproc.harness import World, close, metric
 
@@ -32,6 +33,11 @@ def test_the_seed_002_curl_through_a_5_0_listener_answers_as_the_runtime_does(wo
     # One request id end to end, under both names the clients read.
     assert reply.headers["x-request-id"] and reply.headers["x-typesafe-request-id"] == reply.headers["x-request-id"]
     assert reply.headers["x-vsr-config-version"] == world.plane_sidecar_version("v50")
+    # Envoy's access log line for it: the path the client asked for, the member's cluster.
+    request_id = reply.headers["x-request-id"]
+    wait_for(lambda: request_id in world.envoy.log.read_text(), what="the access log line")
+    (line,) = [json.loads(l) for l in world.envoy.log.read_text().splitlines() if request_id in l]
+    assert line["path"] == "/v1/systemone" and line["status"] == 200 and line["upstream_cluster"] in ("deployment/full", "deployment/backup")
 
 
 def test_no_model_and_jev_latest_mean_the_listeners_first_model(world: World) -> None:
@@ -120,10 +126,10 @@ def test_the_official_sdk_on_a_5_0_listener(world: World) -> None:
 
 def test_listings_name_only_the_offered_models(world: World) -> None:
     v50 = world.get("v50", "/v1/models").json()
-    assert [m["name"] for m in v50["models"]] == ["vllm-sr/auto", "tiny", "tiny-26", "ha", "gateways", "jev-1.13.0", "tiny-std"] and "data" not in v50
+    assert [m["name"] for m in v50["models"]] == ["vllm-sr/auto", "tiny", "tiny-26", "ha", "gateways", "jev-1.13.0", "tiny-std", "mock", "busy-first"] and "data" not in v50
     by_name = {m["name"]: m for m in v50["models"]}
     assert by_name["tiny"]["card"]["question_types"] == ["choice", "noul", "score"] and by_name["tiny"]["version"] == "5.0"
-    assert by_name["jev-1.13.0"]["card"]["question_types"] == ["choice", "noul"]  # its deployment's declared capabilities
+    assert by_name["jev-1.13.0"]["card"]["question_types"] == ["box", "choice", "noul"]  # its deployment's declared capabilities
     assert all(m["release_date"] for m in v50["models"])
     v40 = world.get("v40", "/v1/models").json()
     assert [m["name"] for m in v40["models"]] == ["vllm-sr/auto", "tiny"] and [d["id"] for d in v40["data"]] == ["vllm-sr/auto", "tiny"]

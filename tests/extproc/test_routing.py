@@ -136,3 +136,18 @@ def test_stopping_a_member_under_load_loses_no_request(world: World) -> None:
     from tests.e2e.envoy_proc import wait_for
 
     wait_for(lambda: (world.post("v50", "/v1/systemone", {"model": "ha", "state": STATE, "questions": {"urgent": NOUL}}), back())[1], timeout=30, interval=0.2, what="backup to be routed to again")
+
+
+def test_a_standard_targets_errors_are_read_and_re_encoded_for_the_client(world: World) -> None:
+    """A 0.2 target's 422 ``detail[]`` comes back located, a 429's ``Retry-After`` kept, and a
+    busy member is left for another able one."""
+    unanswerable = world.post("v50", "/v1/systemone", {"model": "jev-1.13.0", "state": STATE, "questions": {"dog": {"type": "box", "instructions": "the dog"}}})
+    assert unanswerable.status == 422, unanswerable.body
+    body = unanswerable.json()
+    assert body["detail"][0]["loc"][:3] == ["body", "questions", "dog"] and body["detail"][0]["type"] == "union_tag_invalid"
+    busy = world.post("v50", "/v1/systemone", {"model": "mock", "state": STATE, "questions": {"urgent": NOUL}})
+    assert busy.status == 429 and busy.headers["retry-after"] == "0"
+    assert busy.json()["detail"]["error_type"] == "rate_limit_error"
+    for _ in range(4):  # whichever goes first, `standard` answers
+        reply = world.post("v50", "/v1/systemone", {"model": "busy-first", "state": STATE, "questions": {"urgent": NOUL}})
+        assert reply.status == 200 and reply.json()["model"] == "tiny-std", reply.body
