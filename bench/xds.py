@@ -1,6 +1,6 @@
 """xDS benchmarks: compile time by listener count, and config-edit-to-effect latency.
 
-    .venv/bin/python bench/xds.py [--edits 20] [--ads sotw|delta|both]
+    .venv/bin/python bench/xds.py [--edits 20] [--changes 40] [--ads sotw|delta|both]
 
 Edit to effect is measured on a real stack: ``vllm-sr xds serve`` (default poll interval) and a
 real Envoy started from the compiled ``bootstrap.yaml``. Each edit toggles whether a listener
@@ -9,7 +9,11 @@ open connection sees the other answer (200 from the upstream, or Envoy's 404), s
 noticing the edit, validation, compile, the push and Envoy applying it. A second series adds a
 provider model of a new name with a route to it (a cluster Envoy has never seen), then removes
 it, and counts what the client saw in between: with clusters pushed and warm before the routes
-that name them, never a 503.
+that name them, never a 503. A third series measures pool discovery: a Service-backed
+deployment whose pods come from EndpointSlices (served by a hand-written API server, as in
+tests/pools, since no cluster runs here), each change moving the deployment to another pod; the
+clock runs from the EndpointSlice change until that pod receives a request Envoy sent it,
+through ``vllm-sr xds serve --kubeconfig``, EDS and Envoy's first health check of the new pod.
 
 Prints figures and the targets (edit to effect p50 under 100 ms, 1,000 listeners compiled in under
 1 s); it never fails on time.
@@ -209,6 +213,122 @@ def bench_edits(ads: str, edits: int, *, new_clusters: bool = False) -> tuple[li
             upstream.shutdown()
 
 
+class _Pod(BaseHTTPRequestHandler):
+    """A pod of the Service: answers /health and every request, noting when each arrived."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    arrivals: dict[str, list[float]] = {}
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        if self.path != "/health":
+            self.arrivals.setdefault(self.server.server_address[0], []).append(time.perf_counter())  # type: ignore[index]
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    do_GET = do_POST = _answer
+
+
+def bench_discovery(ads: str, changes: int) -> tuple[list[float], Counter[int]]:
+    """EndpointSlice change to Envoy routing by it, ms per change, and the statuses a client saw.
+
+    Each change moves the deployment's only ready pod to the other of two addresses (a pod
+    replaced), so from then on Envoy may send requests to the new pod alone; the stand-in
+    sidecar names the deployment's cluster for every request, so no Python but the control
+    plane's sits between the change and Envoy.
+    """
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test suite's stand-ins
+    from tests.e2e.upstreams import ExtProcServer
+    from tests.pools.apiserver import FakeApiServer, endpoint_slice
+
+    ips = ("127.0.0.21", "127.0.0.22")
+    _Pod.arrivals = {}  # this run's pods only
+    probe = ThreadingHTTPServer((ips[0], 0), _Pod)
+    pod_port = probe.server_address[1]
+    pods = [probe, ThreadingHTTPServer((ips[1], pod_port), _Pod)]
+    for pod in pods:
+        pod.daemon_threads = True
+        threading.Thread(target=pod.serve_forever, daemon=True).start()
+    api, sidecar = FakeApiServer(), ExtProcServer()
+    api.put("bench", endpoint_slice("rt-1", "rt", [(ips[0], True)], port=pod_port))
+    port, admin, xds, status = (_free_port() for _ in range(4))
+    seen: Counter[int] = Counter()
+    stop = threading.Event()
+    with tempfile.TemporaryDirectory(prefix="vsr-bench-") as tmp:
+        d = Path(tmp)
+        cfg = d / "config.yaml"
+        cfg.write_text(f"""version: 2
+deployments:
+  rt: {{provider: systemone, service: {{name: rt, port: 8100}}, model: rt, schema: vllm-sr/5.0}}
+listeners:
+  - {{name: public, address: 127.0.0.1, port: {port}, apis: {{systemone: {{models: [rt]}}}}}}
+""")
+        settings = Settings(xds=Address("127.0.0.1", xds), admin=Address("127.0.0.1", admin), ads=ads)  # type: ignore[arg-type]
+        (d / "bootstrap.yaml").write_text(to_yaml(to_dict(bootstrap(settings))))
+        vllm_sr = str(Path(sys.executable).parent / "vllm-sr")
+        plane = subprocess.Popen(
+            [vllm_sr, "--log-level", "warning", "xds", "serve", "--config", str(cfg), "--host", "127.0.0.1", "--port", str(xds),
+             "--status-port", str(status), "--sidecar", f"127.0.0.1:{sidecar.port}", "--kubeconfig", str(api.kubeconfig(d, "bench"))],
+            stderr=subprocess.DEVNULL,
+        )
+        envoy = subprocess.Popen(
+            [envoy_binary(), "-c", str(d / "bootstrap.yaml"), "--base-id", str(os.getpid() % 50000 + 11), "--log-level", "error"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+        def client() -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            while not stop.is_set():
+                try:
+                    conn.request("POST", "/v1/decisions", b'{"cluster": "deployment/rt"}', {"content-type": "application/json"})
+                    r = conn.getresponse()
+                    r.read()
+                    seen[r.status] += 1
+                except (OSError, http.client.HTTPException):
+                    conn.close()
+                    seen[0] += 1
+                    time.sleep(0.01)
+
+        try:
+            _wait(lambda: urllib.request.urlopen(f"http://127.0.0.1:{status}/healthz").status == 200)
+            threads = [threading.Thread(target=client, daemon=True) for _ in range(2)]
+            for t in threads:
+                t.start()
+            _wait(lambda: _Pod.arrivals.get(ips[0]))
+            seen.clear()
+            latencies = []
+            for i in range(changes):
+                target = ips[(i + 1) % 2]
+                gc.collect()
+                start = time.perf_counter()
+                api.put("bench", endpoint_slice("rt-1", "rt", [(target, True)], port=pod_port))
+                _wait(lambda: any(t > start for t in _Pod.arrivals.get(target, ())[-5:]), timeout=10)
+                latencies.append((min(t for t in _Pod.arrivals[target] if t > start) - start) * 1000)
+                time.sleep(0.05)
+            stop.set()
+            for t in threads:
+                t.join(5)
+            return latencies, seen
+        finally:
+            stop.set()
+            envoy.terminate()
+            plane.terminate()
+            envoy.wait(10)
+            plane.wait(10)
+            sidecar.stop()
+            api.stop()
+            for pod in pods:
+                pod.shutdown()
+
+
 def _summary(ms: list[float]) -> str:
     ms = sorted(ms)
     p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
@@ -218,10 +338,16 @@ def _summary(ms: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--edits", type=int, default=20)
+    parser.add_argument("--changes", type=int, default=40, help="EndpointSlice changes per protocol")
     parser.add_argument("--ads", choices=["sotw", "delta", "both"], default="both")
+    parser.add_argument("--only-discovery", action="store_true", help="run only the EndpointSlice series")
     args = parser.parse_args()
+    protocols = ["sotw", "delta"] if args.ads == "both" else [args.ads]
+    if args.only_discovery:
+        _discovery(protocols, args.changes)
+        return
     bench_compile()
-    for ads in (["sotw", "delta"] if args.ads == "both" else [args.ads]):
+    for ads in protocols:
         print(f"edit to effect over {ads} ADS ({args.edits} edits, file replace -> client sees the change):")
         ms, _ = bench_edits(ads, args.edits)
         verdict = "met" if statistics.median(ms) < EDIT_TARGET_MS else "MISSED"
@@ -233,6 +359,16 @@ def main() -> None:
         print(f"  added   {_summary(added)}")
         print(f"  removed {_summary(removed)}")
         print(f"  statuses a client saw on the edited path during the edits: {statuses}  (503: {seen[503]})")
+    _discovery(protocols, args.changes)
+
+
+def _discovery(protocols: list[str], changes: int) -> None:
+    for ads in protocols:
+        print(f"EndpointSlice change to Envoy routing by it over {ads} ADS ({changes} changes, each replacing the only ready pod):")
+        ms, seen = bench_discovery(ads, changes)
+        statuses = ", ".join(f"{code or 'no answer'}: {n}" for code, n in sorted(seen.items()))
+        print(f"  {_summary(ms)}")
+        print(f"  statuses two clients saw meanwhile: {statuses}")
 
 
 if __name__ == "__main__":

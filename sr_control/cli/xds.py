@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from pathlib import Path
@@ -12,6 +13,7 @@ import typer
 from sr_control.cli.compile import address
 from sr_control.cli.errors import EXIT_UNREADABLE, fail
 from sr_control.compiler import Address, Settings
+from sr_control.pools import discovery_from
 from sr_control.xds import ControlPlane
 from sr_control.xds.server import MAX_STREAMS
 
@@ -27,16 +29,38 @@ def serve(
     sidecar: Annotated[Address, typer.Option("--sidecar", parser=address, metavar="HOST:PORT", help="The ext_proc sidecar Envoy calls (HOST:PORT or unix:PATH).")] = "127.0.0.1:18080",  # type: ignore[assignment]
     poll_interval: Annotated[float, typer.Option(help="Seconds between checks of the config file.", min=0.005, max=10.0)] = 0.025,
     max_streams: Annotated[int, typer.Option(help="ADS streams open at once (each Envoy and each sidecar holds one); more are refused.", min=1)] = MAX_STREAMS,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(help="Discover Service-backed deployments' pods with this kubeconfig. Default: in a Kubernetes pod, its service account; elsewhere, no discovery.", show_default=False),
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(help="Namespace of Services named without one. Default: the pod's own namespace (or the kubeconfig context's).", show_default=False),
+    ] = None,
 ) -> None:
     """Serve a config over xDS and push every valid edit.
 
     Watches the file (editors' rename-and-replace and Kubernetes ConfigMap symlink swaps
     included). An edit is loaded, validated and compiled, then pushed as one new version; an
     invalid edit is logged with file, line and field and the previous version keeps serving.
+    Deployments given as a Kubernetes `service` get their pods from the Service's
+    EndpointSlices, sent to Envoy as endpoints (EDS) as they come and go.
+
     Runs until SIGTERM or Ctrl-C.
     """
+    try:
+        discovery = discovery_from(kubeconfig, namespace, in_cluster="KUBERNETES_SERVICE_HOST" in os.environ)
+    except ValueError as exc:
+        raise fail(f"error: {exc}", EXIT_UNREADABLE) from None
     plane = ControlPlane(
-        config, Settings(sidecar=sidecar), host=host, port=port, status_port=status_port, poll_interval=poll_interval, max_streams=max_streams
+        config,
+        Settings(sidecar=sidecar),
+        host=host,
+        port=port,
+        status_port=status_port,
+        poll_interval=poll_interval,
+        max_streams=max_streams,
+        discovery=discovery,
     )
     try:
         plane.start()

@@ -4,6 +4,11 @@ Envoy owns load balancing, health checks, outlier detection and circuit breaking
 upstream, so the sidecar only names a cluster. A deployment's ``max_concurrency`` is the number
 of calls the router may have open to it at once (seed 000), which is exactly what Envoy's
 circuit breaker counts.
+
+A deployment backed by a Kubernetes Service is an EDS cluster: its hosts are the Service's ready
+pods, which the control plane discovers and sends over ADS (``eds.py``), so pod churn changes
+endpoints only, never a cluster, route or sidecar data. Where no control plane serves endpoints
+(``envoy-static.yaml``), the same deployment resolves the Service's DNS name instead.
 """
 
 from __future__ import annotations
@@ -63,7 +68,9 @@ def _upstream(urls: tuple[str, ...], field: str) -> Upstream:
     return Upstream(scheme, hosts, paths.pop())
 
 
-def deployment_cluster(name: str, dep: Deployment, settings: Settings) -> dict[str, Any]:
+def deployment_cluster(name: str, dep: Deployment, settings: Settings, *, eds: bool = True) -> dict[str, Any]:
+    """``eds``: a Service-backed deployment takes its hosts over EDS; else from the Service's DNS name."""
+    assert dep.endpoint is not None  # a Service-backed deployment's is derived from the Service
     up = upstream([dep.endpoint], f"deployments.{name}.endpoint")
     # vllm-srun serves GET /health (vllm-sr/5.0); the standard defines no health path.
     health = fill("cluster/http_health_check", path="/health") if dep.schema_ == "vllm-sr/5.0" else fill("cluster/tcp_health_check")
@@ -76,6 +83,7 @@ def deployment_cluster(name: str, dep: Deployment, settings: Settings) -> dict[s
         # Calls beyond max_concurrency wait in Envoy's queue (up to 4 per slot) rather than
         # failing at once; past that the client gets 503 with no upstream call.
         limits=dict(max_connections=n, max_pending_requests=4 * n, max_requests=n, max_retries=max(1, n // 4)),
+        discovered=eds and dep.service is not None,
     )
 
 
@@ -102,23 +110,29 @@ def xds_cluster(settings: Settings, keepalive_s: int = 30) -> dict[str, Any]:
     return _grpc_cluster(names.XDS_CLUSTER, settings.xds, max_requests=1024, http2=http2)
 
 
-def clusters(config: RouterConfig, settings: Settings) -> list[dict[str, Any]]:
-    out = [deployment_cluster(name, dep, settings) for name, dep in config.deployments.items()]
+def clusters(config: RouterConfig, settings: Settings, *, eds: bool = True) -> list[dict[str, Any]]:
+    """``eds=False`` for a bootstrap that holds everything inline: no control plane serves endpoints."""
+    out = [deployment_cluster(name, dep, settings, eds=eds) for name, dep in config.deployments.items()]
     out += [provider_cluster(model, i, settings) for i, model in enumerate(config.providers.models)]
     out.append(sidecar_cluster(settings))
     return out
 
 
-def _cluster(name: str, up: Upstream, settings: Settings, *, health: list[Any], limits: dict[str, int]) -> dict[str, Any]:
+def _cluster(
+    name: str, up: Upstream, settings: Settings, *, health: list[Any], limits: dict[str, int], discovered: bool = False
+) -> dict[str, Any]:
     static = all(_is_ip(host) for host, _ in up.hosts)
+    endpoints = [fill("cluster/endpoint", address=_socket(host, port), hostname=host) for host, port in up.hosts]
     return fill(
         "cluster/cluster",
         name=name,
-        discovery="STATIC" if static else "STRICT_DNS",
-        dns_lookup_family=None if static else "V4_PREFERRED",
+        discovery="EDS" if discovered else "STATIC" if static else "STRICT_DNS",
+        dns_lookup_family=None if static or discovered else "V4_PREFERRED",
         connect_timeout="5s",
         buffer_limit=BUFFER_LIMIT,
-        endpoints=[fill("cluster/endpoint", address=_socket(host, port), hostname=host) for host, port in up.hosts],
+        load_assignment=None if discovered else fill("cluster/load_assignment", name=name, endpoints=endpoints),
+        eds_cluster_config=fill("cluster/eds_cluster_config") if discovered else None,
+        ignore_health_on_host_removal=True if discovered else None,
         protocol={"http_protocol_options": {}},
         upstream_options={"auto_sni": True, "auto_san_validation": True} if up.tls else None,
         outlier_detection=fill("cluster/outlier_detection"),
@@ -141,7 +155,9 @@ def _grpc_cluster(name: str, address: Address, *, max_requests: int, http2: dict
         dns_lookup_family=None if static else "V4_PREFERRED",
         connect_timeout="1s",
         buffer_limit=BUFFER_LIMIT,
-        endpoints=[endpoint],
+        load_assignment=fill("cluster/load_assignment", name=name, endpoints=[endpoint]),
+        eds_cluster_config=None,
+        ignore_health_on_host_removal=None,
         # gRPC needs HTTP/2, set the non-deprecated way (gotcha 9).
         protocol={"http2_protocol_options": http2},
         upstream_options=None,

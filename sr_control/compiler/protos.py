@@ -14,6 +14,7 @@ from google.protobuf.message import Message
 
 # Resources served over xDS.
 from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.config.bootstrap.v3 import bootstrap_pb2
@@ -35,6 +36,7 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa
 Listener = listener_pb2.Listener
 RouteConfiguration = route_pb2.RouteConfiguration
 Cluster = cluster_pb2.Cluster
+ClusterLoadAssignment = endpoint_pb2.ClusterLoadAssignment
 Bootstrap = bootstrap_pb2.Bootstrap
 TypedStruct = typed_struct_pb2.TypedStruct
 
@@ -42,17 +44,22 @@ _PREFIX = "type.googleapis.com/"
 LISTENER = _PREFIX + Listener.DESCRIPTOR.full_name
 ROUTE = _PREFIX + RouteConfiguration.DESCRIPTOR.full_name
 CLUSTER = _PREFIX + Cluster.DESCRIPTOR.full_name
+# The discovered hosts of a Service-backed deployment's cluster (EDS); not compiled from the
+# config but built from what discovery sees (compiler/eds.py).
+ENDPOINT = _PREFIX + ClusterLoadAssignment.DESCRIPTOR.full_name
 # The sidecars' per-listener data (docs/xds/sidecar-versions.md) travels as a TypedStruct whose
 # own type_url names the payload's schema.
 SIDECAR = _PREFIX + TypedStruct.DESCRIPTOR.full_name
 SIDECAR_PAYLOAD = "vllm-sr.io/sidecar.v1.Listener"
 
 # Short names for logs, metrics and status.
-TYPE_NAMES: dict[str, str] = {CLUSTER: "clusters", LISTENER: "listeners", ROUTE: "routes", SIDECAR: "sidecar"}
+TYPE_NAMES: dict[str, str] = {CLUSTER: "clusters", LISTENER: "listeners", ROUTE: "routes", SIDECAR: "sidecar", ENDPOINT: "endpoints"}
 # The order a change is pushed (make before break, docs/xds/serve.md): clusters before the
 # listeners and routes that name them, listeners before the routes they name (Envoy warms a
 # listener until its routes arrive), the sidecar data before the routes that carry its
-# version. Clusters carry their endpoints, so there is no EDS step.
+# version. Endpoints (EDS) are not a step: they go out whenever they change or Envoy asks for a
+# cluster's, even while a step waits for its ACK, since Envoy holds a new EDS cluster warming
+# (and its cluster ACK) until the cluster's endpoints arrive (xds/stream.py).
 PUSH_ORDER: tuple[str, ...] = (CLUSTER, LISTENER, SIDECAR, ROUTE)
 
 def typed_struct(payload: dict[str, Any]) -> TypedStruct:
@@ -93,6 +100,6 @@ def to_dict(message: Message) -> dict[str, Any]:
 
 
 __all__ = [
-    "CLUSTER", "LISTENER", "PUSH_ORDER", "ROUTE", "SIDECAR", "SIDECAR_PAYLOAD", "TYPE_NAMES",
-    "Bootstrap", "Cluster", "Listener", "RouteConfiguration", "TypedStruct", "to_dict", "typed_struct",
+    "CLUSTER", "ENDPOINT", "LISTENER", "PUSH_ORDER", "ROUTE", "SIDECAR", "SIDECAR_PAYLOAD", "TYPE_NAMES",
+    "Bootstrap", "Cluster", "ClusterLoadAssignment", "Listener", "RouteConfiguration", "TypedStruct", "to_dict", "typed_struct",
 ]

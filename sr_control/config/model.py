@@ -7,7 +7,8 @@ fits its schema) are checked in ``checks.py``, which sees the whole file at once
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Literal
+import re
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -29,6 +30,26 @@ def _url(value: str) -> str:
     return value
 
 
+def _label(what: str, first: str) -> tuple[AfterValidator, Any]:
+    """Kubernetes' own rules: a Service name is a DNS-1035 label, a namespace a DNS-1123 label.
+    The message names the rule; the JSON schema carries the pattern, for Helm's values schema."""
+    pattern = rf"^[{first}]([-a-z0-9]{{0,61}}[a-z0-9])?$"
+    starts = "a letter" if first == "a-z" else "a letter or digit"
+
+    def check(value: str) -> str:
+        if not re.match(pattern, value):
+            raise ValueError(f"{value!r} is not a Kubernetes {what}: lowercase letters, digits and '-', starting with {starts} and ending with a letter or digit (at most 63)")
+        return value
+
+    return AfterValidator(check), Field(json_schema_extra={"pattern": pattern})
+
+
+def _url_path(value: str) -> str:
+    if not re.match(r"^/[^\s?#]*$", value):
+        raise ValueError(f"{value!r} is not a URL path (it starts with '/' and has no spaces, '?' or '#')")
+    return value
+
+
 def _address(value: str) -> str:
     try:
         ipaddress.ip_address(value)
@@ -41,6 +62,8 @@ Url = Annotated[str, AfterValidator(_url)]
 Name = Annotated[str, Field(min_length=1, max_length=253)]
 ListenerName = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")]
 EnvVar = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+ServiceName = Annotated[str, *_label("Service name", "a-z")]
+Namespace = Annotated[str, *_label("namespace", "a-z0-9")]
 
 
 class _Section(BaseModel):
@@ -69,17 +92,60 @@ class Capabilities(_Section):
     presets: list[str] = []
 
 
+class ServiceRef(_Section):
+    """A Kubernetes Service whose ready endpoints are a deployment's members (docs/deploy/discovery.md).
+
+    The control plane watches the Service's EndpointSlices and feeds Envoy the ready endpoints
+    by EDS; the sidecar's own calls (fail-over, model cards) go to the Service's DNS name."""
+
+    name: ServiceName
+    # None: the namespace the control plane runs in (vllm-sr xds serve --namespace).
+    namespace: Namespace | None = None
+    port: int = Field(ge=1, le=65535)  # the Service's port, as clients of the Service call it
+    # Which of the EndpointSlices' ports to use when the Service has several (its port's name).
+    port_name: str | None = Field(default=None, min_length=1, max_length=63)
+    path: Annotated[str, AfterValidator(_url_path)] = "/v1/systemone"
+
+    @property
+    def url(self) -> str:
+        """The Service's cluster DNS URL; without a namespace, the short name, which a pod of
+        the same namespace resolves."""
+        host = f"{self.name}.{self.namespace}.svc" if self.namespace else self.name
+        return f"http://{host}:{self.port}{self.path}"
+
+
 class Deployment(_Section):
-    """A decision-model deployment the router calls as a System One client (seed 000)."""
+    """A decision-model deployment the router calls as a System One client (seed 000).
+
+    It is reached at a fixed ``endpoint`` URL or through a Kubernetes ``service`` (exactly one).
+    For a Service-backed deployment ``endpoint`` is derived: the Service's DNS URL, which the
+    sidecar calls itself when it fails over, while Envoy balances over the discovered pods."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        json_schema_extra={"oneOf": [{"required": ["endpoint"]}, {"required": ["service"]}]},
+    )
 
     provider: Literal["systemone"]
-    endpoint: Url
+    endpoint: Url | None = None
+    service: ServiceRef | None = None
     model: Name
     schema_: str = Field(default="systemone/0.2", alias="schema")
     deviations: list[str] = []
     max_concurrency: int = Field(default=8, ge=1, le=1024)
     capabilities: Capabilities | None = None
     api_key_env: EnvVar | None = None
+
+    @model_validator(mode="after")
+    def _endpoint_or_service(self) -> Deployment:
+        if "service" in self.model_fields_set and self.service is not None:
+            if self.endpoint is not None and "endpoint" in self.model_fields_set:
+                raise ValueError("give endpoint or service, not both")
+            return self.model_copy(update={"endpoint": self.service.url})
+        if self.endpoint is None:
+            raise ValueError("give endpoint (a URL) or service (a Kubernetes Service)")
+        return self
 
 
 class Pool(_Section):

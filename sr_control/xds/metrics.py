@@ -30,6 +30,12 @@ class Metrics:
             registry=self.registry,
         )
         self.streams = Gauge("vsr_xds_streams", "Open ADS streams by protocol.", ["protocol"], registry=self.registry)
+        self.endpoints = Gauge(
+            "vsr_discovery_endpoints",
+            "Ready hosts served to Envoy (EDS) for each Service-backed deployment.",
+            ["deployment"],
+            registry=self.registry,
+        )
 
     def served(self, version: str, generation: int) -> None:
         self.config_version.clear()

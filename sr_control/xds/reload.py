@@ -4,6 +4,11 @@ Only a config that passes every step is published, as one new version; a failure
 is logged with file, line and field, recorded as the last error, and the version already served
 stays served. An error nobody expected (a bug: a template lookup, a type error in conversion) is
 handled the same way, as result ``error``, with its traceback in the log.
+
+Endpoints of Service-backed deployments are published beside the config: the reloader tells
+discovery which Services the config names, waits briefly for their first listing (so a first
+push carries pods, not an empty pool), and republishes the endpoints alone, under the same
+config version, whenever discovery reports a change (``endpoints_changed``).
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ from typing import Any, Literal
 
 from sr_control import log
 from sr_control.compiler import CompileError, Settings, compile
-from sr_control.compiler.protos import LISTENER, TYPE_NAMES
+from sr_control.compiler.protos import ENDPOINT, LISTENER, TYPE_NAMES
 from sr_control.config.errors import ConfigUnreadable, Problem
 from sr_control.config.load import read_text, validate_text
+from sr_control.config.model import RouterConfig
+from sr_control.pools.discovery import Discovery, NoDiscovery
 from sr_control.xds.cache import ALL_NODES, SnapshotCache
+from sr_control.xds.endpoints import EndpointBuilder
 from sr_control.xds.metrics import Metrics
 from sr_control.xds.snapshot import Snapshot
 
@@ -44,8 +52,20 @@ def _problem(p: Problem) -> dict[str, Any]:
     return {"file": p.file, "line": p.line, "column": p.column, "field": p.path if p.loc else "", "message": p.message}
 
 
+# How long a config that names new Services waits for their first listing before it is served.
+SYNC_WAIT_S = 2.0
+
+
 class Reloader:
-    def __init__(self, path: Path, settings: Settings, cache: SnapshotCache, metrics: Metrics, group: str = ALL_NODES) -> None:
+    def __init__(
+        self,
+        path: Path,
+        settings: Settings,
+        cache: SnapshotCache,
+        metrics: Metrics,
+        group: str = ALL_NODES,
+        discovery: Discovery | None = None,
+    ) -> None:
         self.path = path
         self.settings = settings
         self.cache = cache
@@ -54,8 +74,25 @@ class Reloader:
         self.snapshot: Snapshot | None = None
         self.last_reload: dict[str, Any] | None = None
         self.last_error: dict[str, Any] | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one reload at a time
+        self._publish = threading.Lock()  # one snapshot change at a time: a reload or new endpoints
         self._text_digest: str | None = None
+        self.discovery: Discovery = discovery if discovery is not None else NoDiscovery()
+        self._config: RouterConfig | None = None  # the config served
+        self._endpoints = EndpointBuilder(self.discovery, metrics)
+        self.discovery.subscribe(self.endpoints_changed)
+
+    def endpoints_changed(self) -> None:
+        """Discovery saw a change: serve the new endpoints under the same config version."""
+        with self._publish:
+            if self.snapshot is None or self._config is None:
+                return
+            endpoints = self._endpoints.build(self._config)
+            if endpoints.type_version(ENDPOINT) == self.snapshot.type_version(ENDPOINT):
+                return
+            self.snapshot = self.snapshot.with_endpoints(endpoints)
+            self.cache.set_snapshot(self.group, self.snapshot)
+        _log.info("endpoints served", version=endpoints.type_version(ENDPOINT), config_version=self.snapshot.version)
 
     def reload(self) -> Outcome:
         with self._lock:
@@ -67,6 +104,9 @@ class Reloader:
         self.last_reload = {"result": outcome.result, "at": _now(), "version": outcome.version}
         return outcome
 
+    def endpoints_status(self) -> dict[str, Any]:
+        return self._endpoints.status()
+
     def status(self) -> dict[str, Any]:
         s = self.snapshot
         return {
@@ -74,7 +114,7 @@ class Reloader:
             "version": s.version if s else None,
             "generation": s.generation if s else 0,
             "served_since": s.created_at.isoformat(timespec="milliseconds") if s else None,
-            "resources": {name: len(s.resources[t]) for t, name in TYPE_NAMES.items()} if s else {},
+            "resources": {name: len(s.named(t)) for t, name in TYPE_NAMES.items()} if s else {},
             "last_reload": self.last_reload,
             "last_error": self.last_error,
         }
@@ -102,8 +142,13 @@ class Reloader:
         if snapshot.version == served:
             _log.info("config unchanged", file=str(self.path), version=served)
             return Outcome("unchanged", served)
-        self.snapshot = snapshot
-        self.cache.set_snapshot(self.group, snapshot)
+        services = self._endpoints.services(report.config)
+        self.discovery.watch(services)
+        self.discovery.wait_synced(services, SYNC_WAIT_S)
+        with self._publish:
+            snapshot = snapshot.with_endpoints(self._endpoints.build(report.config))
+            self.snapshot, self._config = snapshot, report.config
+            self.cache.set_snapshot(self.group, snapshot)
         self.metrics.served(snapshot.version, snapshot.generation)
         _log.info(
             "config served",

@@ -14,6 +14,7 @@ from typing import Any
 from sr_control import log
 from sr_control.compiler import Settings
 from sr_control.config.load import read_text
+from sr_control.pools.discovery import Discovery
 from sr_control.xds.cache import SnapshotCache
 from sr_control.xds.hooks import Hooks
 from sr_control.xds.http import StatusServer
@@ -37,12 +38,13 @@ class ControlPlane:
         status_port: int = 18001,
         poll_interval: float = 0.025,
         max_streams: int = MAX_STREAMS,
+        discovery: Discovery | None = None,
     ) -> None:
         self.config = config
         self.cache = SnapshotCache()
         self.ledger = Ledger()
         self.metrics = Metrics()
-        self.reloader = Reloader(config, settings, self.cache, self.metrics)
+        self.reloader = Reloader(config, settings, self.cache, self.metrics, discovery=discovery)
         self.service = AdsService(self.cache, Hooks.chain(self.ledger.hooks(), self.metrics.hooks()), max_streams=max_streams)
         self._host = host
         self._port = port
@@ -80,6 +82,7 @@ class ControlPlane:
 
     def stop(self) -> None:
         self._watch.stop()
+        self.reloader.discovery.stop()
         if self._http is not None:
             self._http.stop()
         if self._grpc is not None:
@@ -89,7 +92,8 @@ class ControlPlane:
     def status(self) -> dict[str, Any]:
         streams = {"max": self.service.max_streams, "refused": self.service.refused}
         watch = "running" if self._watch.alive() else "stopped"
-        return self.reloader.status() | {"watch": watch, "streams": streams, "nodes": self.ledger.nodes()}
+        discovery = self.reloader.discovery.status() | {"deployments": self.reloader.endpoints_status()}
+        return self.reloader.status() | {"watch": watch, "streams": streams, "discovery": discovery, "nodes": self.ledger.nodes()}
 
 
 __all__ = ["ControlPlane"]

@@ -44,8 +44,7 @@ class SotwStream(Stream):
                 state.wildcard, state.names, state.answer_due = wildcard, names, True
             return self._advance()
         # A first request, or a node starting the type afresh: it says which version it holds.
-        if self._pending is not None and self._pending.type_url == t:
-            self._pending = None  # the node dropped that response: it will not answer it
+        self._drop_pending(t)  # the node dropped that response: it will not answer it
         state = self._types[t] = TypeState(wildcard, names, answer_due=True)
         snapshot = self._cache.snapshot(self.info.node)
         if snapshot is not None and req.version_info and req.version_info == snapshot.type_version(t):

