@@ -47,6 +47,7 @@ class SotwStream(Stream):
         if self._pending is not None and self._pending.type_url == t:
             self._pending = None  # the node dropped that response: it will not answer it
         state = self._types[t] = TypeState(wildcard, names, answer_due=True)
+        self._resume(t, bool(req.version_info))
         snapshot = self._cache.snapshot(self.info.node)
         if snapshot is not None and req.version_info and req.version_info == snapshot.type_version(t):
             state.held = self._want(t, state, snapshot, final=True)

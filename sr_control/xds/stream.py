@@ -17,7 +17,13 @@ resolved), so a route never reaches Envoy before the cluster it names can take t
 
 Steps 4 and 5 wait on other streams (a sidecar is a node of its own); that wait is bounded by
 ``gate_wait``, after which the step goes out and a warning names the nodes that lagged, so one
-stuck node never holds every other back. The state-of-the-world and delta streams differ only
+stuck node never holds every other back.
+
+A node that reconnects holding a config (the control plane restarted, say) is moved to the
+served snapshot only once some sidecar holds that snapshot's data, for up to ``resync_wait``
+after the control plane started: the sidecars are reconnecting too, each at its own pace, and
+routes of a version no sidecar holds would be answered 503 meanwhile, while what the node holds
+keeps serving until it moves. The state-of-the-world and delta streams differ only
 in how they read requests and write responses; both are in this base class's terms.
 """
 
@@ -31,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sr_control import log
-from sr_control.compiler.protos import CLUSTER, PUSH_ORDER, ROUTE, SIDECAR, TYPE_NAMES
+from sr_control.compiler.protos import CLUSTER, LISTENER, PUSH_ORDER, ROUTE, SIDECAR, TYPE_NAMES
 from sr_control.compiler.resources import Resource, digest
 from sr_control.xds.cache import SnapshotCache
 from sr_control.xds.hooks import Hooks, StreamInfo
@@ -42,10 +48,16 @@ Held = dict[str, str]  # resource name -> version
 
 # Resources that other resources name: new ones go first, stale ones last.
 NAMED_BY_OTHERS = frozenset({CLUSTER, SIDECAR})
+# Envoy's own types: a node that says it holds one of them on connecting is an Envoy reconnecting.
+RESUMED_TYPES = frozenset({CLUSTER, LISTENER, ROUTE})
 # How long a route push waits for the sidecars to hold its data, and a sidecar-data removal for
 # the Envoys to drop the routes that named it. A sidecar that has not got the data in time waits
 # for it on its own (docs/xds/sidecar-versions.md), so this only needs to cover a normal ACK.
 GATE_WAIT = 1.0
+# How long after the control plane starts a node that reconnects holding a config waits for a
+# sidecar to hold the new data: longer than a sidecar's longest reconnect backoff (5 s, jittered
+# up to 7.5 s: sr_control/extproc/subscription.py), since until one reconnects none can get it.
+RESYNC_WAIT = 10.0
 
 _log = log.get_logger("vllm_sr.xds")
 
@@ -77,12 +89,18 @@ class Pending:
 
 
 class Stream:
-    def __init__(self, info: StreamInfo, cache: SnapshotCache, hooks: Hooks, push: Push, gate_wait: float = GATE_WAIT) -> None:
+    def __init__(
+        self, info: StreamInfo, cache: SnapshotCache, hooks: Hooks, push: Push, gate_wait: float = GATE_WAIT, resync_wait: float = RESYNC_WAIT
+    ) -> None:
         self.info = info
         self._cache = cache
         self._hooks = hooks
         self._push = push
         self._gate_wait = gate_wait
+        self._resync_wait = resync_wait
+        # The node held a config when it connected and has not been moved since (see the docstring).
+        self._resuming = False
+        self._resync_waited = False
         self._nonces = itertools.count(1)
         self._types: dict[str, TypeState] = {}
         self._pending: Pending | None = None
@@ -121,6 +139,11 @@ class Stream:
         self._opened = True
         self._cache.join(self.info.node, self.info.id, self._push)
         self._hooks.opened(self.info)
+
+    def _resume(self, t: str, holds: bool) -> None:
+        """On a type's first request: whether the node said it holds a config (it reconnected)."""
+        if holds and t in RESUMED_TYPES:
+            self._resuming = True
 
     def _answered(self, t: str, nonce: str, error: str | None) -> None:
         """Settle the response ``nonce`` answers, when it is the one awaited."""
@@ -167,7 +190,7 @@ class Stream:
         )
         for t, final, want, done in plan:
             if not done:
-                return (t, want) if self._gate_open(t, final, snapshot) else None
+                return (t, want) if self._resync_open(snapshot) and self._gate_open(t, final, snapshot) else None
         self._gate = None
         return None
 
@@ -183,6 +206,31 @@ class Stream:
             for name, version in state.held.items():
                 want.setdefault(name, version)
         return want
+
+    def _resync_open(self, snapshot: Snapshot) -> bool:
+        """Whether a node that reconnected holding a config may be moved: once a sidecar holds the
+        snapshot's data, or ``resync_wait`` after the control plane started."""
+        if not self._resuming:
+            return True
+        if not snapshot.resources.named(SIDECAR) or self._cache.holding(self.info.node, SIDECAR, snapshot.version, exclude=self.info.id):
+            self._resuming = False
+            return True
+        left = self._cache.started + self._resync_wait - time.monotonic()
+        if left <= 0:
+            self._resuming = False
+            if self._resync_waited:
+                _log.warning(
+                    "resyncing a node before any sidecar holds the sidecar data",
+                    node=self.info.node.id,
+                    version=snapshot.version,
+                    waited_s=self._resync_wait,
+                    hint="no sidecar reconnected since the control plane started",
+                )
+            return True
+        self._resync_waited = True
+        self._arm(left)
+        self._cache.wait(self.info.id)
+        return False
 
     def _gate_open(self, t: str, final: bool, snapshot: Snapshot) -> bool:
         """Whether the other streams are where step ``(t, final)`` needs them (or waited long enough)."""

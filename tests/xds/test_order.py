@@ -208,3 +208,51 @@ def test_after_a_refused_cluster_update_the_later_steps_still_go(cache: Snapshot
     assert final.type_url == CLUSTER  # the removal step, a different state, is offered once
     assert envoy.ack(final, error="no such host") == []
     assert envoy.stream.on_push() == []  # nothing refused is sent again
+
+
+def test_a_reconnecting_envoy_gets_new_routes_only_once_a_reconnecting_sidecar_holds_their_data() -> None:
+    # A control plane restarted on a config edited while it was down: Envoy reconnects first,
+    # holding routes of the old version; the sidecar's own reconnect comes later. Routes sent
+    # before it holds their data would be answered 503 config_version_unknown; held back, the
+    # routes Envoy holds keep serving.
+    cache = SnapshotCache()
+    cache.set_snapshot(ALL_NODES, AFTER)
+    woken: list[str] = []
+    stream = SotwStream(StreamInfo(1, "sotw", "envoy"), cache, Hooks(), lambda: woken.append("envoy"))
+    sent = []
+    for t, names_ in ((CLUSTER, ()), (LISTENER, ()), (ROUTE, ("route/a",))):
+        pending = stream.on_request(sotw_request(t, BEFORE.type_version(t), names=names_))
+        while pending:
+            (response,) = pending
+            sent.append(response.type_url)
+            pending = stream.on_request(sotw_request(response.type_url, response.version_info, response.nonce, names=("route/a",) if response.type_url == ROUTE else ()))
+    assert sent == []  # nothing moves before a sidecar holds the new data: Envoy keeps what it has
+    woken.clear()
+    Sidecar(cache, [])
+    assert woken  # the sidecar's ACK wakes the Envoy stream
+    pending = stream.on_push()
+    while pending:
+        (response,) = pending
+        sent.append(response.type_url)
+        pending = stream.on_request(sotw_request(response.type_url, response.version_info, response.nonce, names=("route/a",) if response.type_url == ROUTE else ()))
+    assert sent == [CLUSTER, ROUTE]  # then in make-before-break order
+
+
+def test_a_reconnecting_envoy_waits_for_the_sidecars_only_for_a_while() -> None:
+    cache = SnapshotCache()
+    cache.set_snapshot(ALL_NODES, AFTER)
+    woken: list[str] = []
+    stream = SotwStream(StreamInfo(1, "sotw", "envoy"), cache, Hooks(), lambda: woken.append("envoy"), resync_wait=0.05)
+    pending = stream.on_request(sotw_request(ROUTE, BEFORE.type_version(ROUTE), names=("route/a",)))
+    assert pending == []
+    wait_for(lambda: woken, timeout=5, what="the bounded wait to end")
+    (routes,) = stream.on_push()
+    assert routes.type_url == ROUTE
+
+
+def test_an_envoy_that_holds_no_routes_yet_gets_them_without_waiting_for_sidecars() -> None:
+    cache = SnapshotCache()
+    cache.set_snapshot(ALL_NODES, AFTER)
+    stream = SotwStream(StreamInfo(1, "sotw", "envoy"), cache, Hooks(), lambda: None)
+    (routes,) = stream.on_request(sotw_request(ROUTE, names=("route/a",)))
+    assert routes.type_url == ROUTE
