@@ -20,9 +20,7 @@ import pytest
 
 from sr_runtime.presets import create
 from tests.extproc.harness import Runtime
-from tests.reliability.runtime_scenarios import Tuned, wait_ready
-
-TUNED_FLAGS = ("--max-queue", "2", "--max-batch-tokens", "1024", "--state-cache-mb", "0")
+from tests.reliability.runtime_scenarios import TUNED_FLAGS, Tuned, wait_ready
 
 
 @pytest.fixture(scope="session")

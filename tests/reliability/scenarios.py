@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from structlog.testing import capture_logs
@@ -37,14 +38,16 @@ class Restart:
     resync_s: float  # new process serving -> Envoy and the sidecar ACKed the version edited while down
     new_listener_s: float  # new process serving -> the listener added while down answers
     new_pool_status: int  # the pool added while down, asked on the listener in use
+    reconnected_s: dict[str, float] = field(default_factory=dict)  # "envoy", "sidecar" -> new process serving -> its stream opened
 
 
-def xds_restart(s: Stack, *, warm_s: float = 0.5, down_s: float = 3.0, after_s: float = 1.0, clients: int = 2) -> Restart:
+def xds_restart(s: Stack, *, edit: bool = True, warm_s: float = 0.5, down_s: float = 3.0, after_s: float = 1.0, clients: int = 2) -> Restart:
     """Kill the control plane under steady traffic, edit the config while it is down (a new
     deployment, a new pool on the listener in use, a new listener), start it again on the same
-    ports, and wait for Envoy and the sidecar to reconnect and hold the edited version."""
+    ports, and wait for Envoy and the sidecar to reconnect and hold the edited version. With
+    ``edit=False`` the config stays as it is (the ``new_*`` figures are then 0)."""
     assert isinstance(s.plane, PlaneProc), "xds_restart kills the control plane: run it as a process"
-    edited = s.text(spare=True)
+    edited = s.text(spare=True) if edit else s.config.read_text()
     with Traffic(s.listeners["public"], clients=clients) as traffic:
         time.sleep(warm_s)
         killed = time.monotonic()
@@ -54,15 +57,21 @@ def xds_restart(s: Stack, *, warm_s: float = 0.5, down_s: float = 3.0, after_s: 
         restarted = time.monotonic()
         answered_while_down = sum(a.status == 200 for a in traffic.since(killed) if a.at + a.wait_s < restarted)
         s.plane.start().wait()
-        serving = time.monotonic()
+        serving, serving_at = time.monotonic(), datetime.now(timezone.utc)
         expected = expected_versions(edited, s.plane.settings)
         wait_for(lambda: synced(s.status(), expected), timeout=30, interval=0.01, what="Envoy and the sidecar to resync")
-        resynced = time.monotonic()
-        wait_for(lambda: post(s.listeners["late"], {**ASK, "model": "ha"}, timeout=5).status == 200, timeout=30, interval=0.01, what="the new listener to answer")
-        late = time.monotonic()
-        new_pool = post(s.listeners["public"], {**ASK, "model": "ha"}).status
+        resynced = late = time.monotonic()
+        new_pool = 0
+        if edit:
+            wait_for(lambda: post(s.listeners["late"], {**ASK, "model": "ha"}, timeout=5).status == 200, timeout=30, interval=0.01, what="the new listener to answer")
+            late = time.monotonic()
+            new_pool = post(s.listeners["public"], {**ASK, "model": "ha"}).status
         time.sleep(after_s)
-    return Restart(traffic.figures(), traffic.failures, answered_while_down, serving - killed, resynced - serving, late - serving, new_pool)
+    reconnected = {
+        ("sidecar" if node["cluster"] == "vllm-sr-sidecar" else "envoy"): (datetime.fromisoformat(node["connected_at"]) - serving_at).total_seconds()
+        for node in s.status()["nodes"]
+    }
+    return Restart(traffic.figures(), traffic.failures, answered_while_down, serving - killed, resynced - serving, late - serving if edit else 0.0, new_pool, reconnected)
 
 
 # ---------------------------------------------------------------------------- invalid edits
