@@ -9,8 +9,9 @@ response and waits for the node's ACK or NACK before the next, in make-before-br
 2. listeners;
 3. the sidecar data (``sidecar/<listener>``), new and changed only;
 4. routes, once every sidecar stream holds the data of the version they carry;
-5. then the removals held back in 1 and 3: clusters, and sidecar data once every Envoy holds
-   the routes that no longer name it.
+5. then the removals held back in 1 and 3: clusters, ``removal_grace`` after the node took the
+   routes that no longer name them (requests matched just before may still be on their way),
+   and sidecar data once every Envoy holds the routes that no longer name it.
 
 Envoy holds back its ACK of a cluster update until the new clusters are warm (health checked,
 resolved), so a route never reaches Envoy before the cluster it names can take traffic.
@@ -23,8 +24,10 @@ A node that reconnects holding a config (the control plane restarted, say) is mo
 served snapshot only once some sidecar holds that snapshot's data, for up to ``resync_wait``
 after the control plane started: the sidecars are reconnecting too, each at its own pace, and
 routes of a version no sidecar holds would be answered 503 meanwhile, while what the node holds
-keeps serving until it moves. The state-of-the-world and delta streams differ only
-in how they read requests and write responses; both are in this base class's terms.
+keeps serving until it moves.
+
+The state-of-the-world and delta streams differ only in how they read requests and write
+responses; both are in this base class's terms.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ RESUMED_TYPES = frozenset({CLUSTER, LISTENER, ROUTE})
 # the Envoys to drop the routes that named it. A sidecar that has not got the data in time waits
 # for it on its own (docs/xds/sidecar-versions.md), so this only needs to cover a normal ACK.
 GATE_WAIT = 1.0
+# How long a cluster no route names any more is kept after the node moved its routes: a request
+# matched by an old route just before may still be with the sidecar, which names the old cluster
+# (a cluster Envoy no longer has is 503 "no cluster"). The sidecar takes milliseconds.
+REMOVAL_GRACE = 1.0
 # How long after the control plane starts a node that reconnects holding a config waits for a
 # sidecar to hold the new data: longer than a sidecar's longest reconnect backoff (5 s, jittered
 # up to 7.5 s: sr_control/extproc/subscription.py), since until one reconnects none can get it.
@@ -90,7 +97,14 @@ class Pending:
 
 class Stream:
     def __init__(
-        self, info: StreamInfo, cache: SnapshotCache, hooks: Hooks, push: Push, gate_wait: float = GATE_WAIT, resync_wait: float = RESYNC_WAIT
+        self,
+        info: StreamInfo,
+        cache: SnapshotCache,
+        hooks: Hooks,
+        push: Push,
+        gate_wait: float = GATE_WAIT,
+        resync_wait: float = RESYNC_WAIT,
+        removal_grace: float = REMOVAL_GRACE,
     ) -> None:
         self.info = info
         self._cache = cache
@@ -98,6 +112,8 @@ class Stream:
         self._push = push
         self._gate_wait = gate_wait
         self._resync_wait = resync_wait
+        self._removal_grace = removal_grace
+        self._routes_moved: float | None = None  # when the node last accepted routes (monotonic)
         # The node held a config when it connected and has not been moved since (see the docstring).
         self._resuming = False
         self._resync_waited = False
@@ -154,6 +170,8 @@ class Stream:
         state = self._types[t]
         if error is None:
             state.refused.clear()
+            if t == ROUTE:
+                self._routes_moved = time.monotonic()
             self._hooks.acked(self.info, t, p.version)
         else:
             # The node keeps what it had; resending what it just refused would be refused again.
@@ -233,7 +251,14 @@ class Stream:
         return False
 
     def _gate_open(self, t: str, final: bool, snapshot: Snapshot) -> bool:
-        """Whether the other streams are where step ``(t, final)`` needs them (or waited long enough)."""
+        """Whether the other streams are where step ``(t, final)`` needs them (or waited long
+        enough), and whether clusters may go yet."""
+        if t == CLUSTER and final:
+            left = 0.0 if self._routes_moved is None else self._routes_moved + self._removal_grace - time.monotonic()
+            if left > 0:
+                self._arm(left)
+                return False
+            return True
         if t == ROUTE and not final:
             lagging = self._cache.lagging(self.info.node, SIDECAR, snapshot.version, settled=False, exclude=self.info.id)
         elif t == SIDECAR and final:
