@@ -13,6 +13,7 @@ different Envoys different configs can key them by node cluster or ID.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -48,6 +49,7 @@ class SnapshotCache:
         self._lock = threading.Lock()
         self._snapshots: dict[str, Snapshot] = {}
         self._members: dict[int, _Member] = {}
+        self.started = time.monotonic()  # nodes that held a config before it reconnect meanwhile
 
     def set_snapshot(self, key: str, snapshot: Snapshot) -> int:
         """Store ``snapshot`` for group ``key`` and wake its streams. Returns how many."""
@@ -112,6 +114,16 @@ class SnapshotCache:
                 and type_url in m.subscribed
                 and (m.settled if settled else m.made).get(type_url) != version
             ]
+
+    def holding(self, node: base_pb2.Node, type_url: str, version: str, *, exclude: int) -> int:
+        """How many other streams of ``node``'s group hold ``type_url``'s new resources of ``version``."""
+        key = self.node_key(node)
+        with self._lock:
+            return sum(
+                1
+                for sid, m in self._members.items()
+                if sid != exclude and m.group == key and type_url in m.subscribed and m.made.get(type_url) == version
+            )
 
     def _waiting(self, group: str) -> list[Wake]:
         out = []

@@ -33,6 +33,7 @@ class DeltaStream(Stream):
             state = TypeState(wildcard="*" in subscribe or (not subscribe and t in _LEGACY_WILDCARD))
             state.held = dict(req.initial_resource_versions)
             self._types[t] = state
+            self._resume(t, bool(req.initial_resource_versions))
         if req.response_nonce:
             self._answered(t, req.response_nonce, req.error_detail.message if req.HasField("error_detail") else None)
         for name in subscribe:

@@ -89,8 +89,7 @@ class AdsService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
     def _loop(self, protocol: Protocol, make: Callable[..., Stream], requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
         events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         info = StreamInfo(next(self._ids), protocol, context.peer())
-        stream = make(info, self.cache, self.hooks, lambda: events.put(("push", None)))
-        stream.removal_grace = self.removal_grace
+        stream = make(info, self.cache, self.hooks, lambda: events.put(("push", None)), removal_grace=self.removal_grace)
 
         def read() -> None:
             try:

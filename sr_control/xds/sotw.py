@@ -46,6 +46,7 @@ class SotwStream(Stream):
         # A first request, or a node starting the type afresh: it says which version it holds.
         self._drop_pending(t)  # the node dropped that response: it will not answer it
         state = self._types[t] = TypeState(wildcard, names, answer_due=True)
+        self._resume(t, bool(req.version_info))
         snapshot = self._cache.snapshot(self.info.node)
         if snapshot is not None and req.version_info and req.version_info == snapshot.type_version(t):
             state.held = self._want(t, state, snapshot, final=True)

@@ -9,8 +9,9 @@ response and waits for the node's ACK or NACK before the next, in make-before-br
 2. listeners;
 3. the sidecar data (``sidecar/<listener>``), new and changed only;
 4. routes, once every sidecar stream holds the data of the version they carry;
-5. then the removals held back in 1 and 3: clusters, and sidecar data once every Envoy holds
-   the routes that no longer name it.
+5. then the removals held back in 1 and 3: clusters, ``removal_grace`` after the node took the
+   routes that no longer name them (requests matched just before may still be on their way),
+   and sidecar data once every Envoy holds the routes that no longer name it.
 
 Envoy holds back its ACK of a cluster update until the new clusters are warm (health checked,
 resolved), so a route never reaches Envoy before the cluster it names can take traffic.
@@ -22,8 +23,16 @@ endpoints of a cluster the node still holds (kept until nothing names it) stay w
 
 Steps 4 and 5 wait on other streams (a sidecar is a node of its own); that wait is bounded by
 ``gate_wait``, after which the step goes out and a warning names the nodes that lagged, so one
-stuck node never holds every other back. The state-of-the-world and delta streams differ only
-in how they read requests and write responses; both are in this base class's terms.
+stuck node never holds every other back.
+
+A node that reconnects holding a config (the control plane restarted, say) is moved to the
+served snapshot only once some sidecar holds that snapshot's data, for up to ``resync_wait``
+after the control plane started: the sidecars are reconnecting too, each at its own pace, and
+routes of a version no sidecar holds would be answered 503 meanwhile, while what the node holds
+keeps serving until it moves.
+
+The state-of-the-world and delta streams differ only in how they read requests and write
+responses; both are in this base class's terms.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sr_control import log
-from sr_control.compiler.protos import CLUSTER, ENDPOINT, PUSH_ORDER, ROUTE, SIDECAR, TYPE_NAMES
+from sr_control.compiler.protos import CLUSTER, ENDPOINT, LISTENER, PUSH_ORDER, ROUTE, SIDECAR, TYPE_NAMES
 from sr_control.compiler.resources import Resource, digest
 from sr_control.xds.cache import SnapshotCache
 from sr_control.xds.hooks import Hooks, StreamInfo
@@ -50,14 +59,20 @@ NAMED_BY_OTHERS = frozenset({CLUSTER, SIDECAR})
 # Types outside the step order, each with its own response in flight (see the module docstring).
 UNORDERED = frozenset({ENDPOINT})
 _STEPS = ""  # the lane of the ordered steps; an unordered type is a lane of its own
+# Envoy's own types: a node that says it holds one of them on connecting is an Envoy reconnecting.
+RESUMED_TYPES = frozenset({CLUSTER, LISTENER, ROUTE})
 # How long a route push waits for the sidecars to hold its data, and a sidecar-data removal for
 # the Envoys to drop the routes that named it. A sidecar that has not got the data in time waits
 # for it on its own (docs/xds/sidecar-versions.md), so this only needs to cover a normal ACK.
 GATE_WAIT = 1.0
-# How long a cluster stays after the routes that named it are gone (step 5). A request Envoy
-# matched against the old routes may still be in the sidecar, which then names the old cluster;
-# it must still be there. Streams made by the server use this; a bare Stream removes at once.
+# How long a cluster no route names any more is kept after the node moved its routes: a request
+# matched by an old route just before may still be with the sidecar, which names the old cluster
+# (a cluster Envoy no longer has is 503 "no cluster"). The sidecar takes milliseconds.
 REMOVAL_GRACE = 2.0
+# How long after the control plane starts a node that reconnects holding a config waits for a
+# sidecar to hold the new data: longer than a sidecar's longest reconnect backoff (5 s, jittered
+# up to 7.5 s: sr_control/extproc/subscription.py), since until one reconnects none can get it.
+RESYNC_WAIT = 10.0
 
 _log = log.get_logger("vllm_sr.xds")
 
@@ -89,12 +104,27 @@ class Pending:
 
 
 class Stream:
-    def __init__(self, info: StreamInfo, cache: SnapshotCache, hooks: Hooks, push: Push, gate_wait: float = GATE_WAIT) -> None:
+    def __init__(
+        self,
+        info: StreamInfo,
+        cache: SnapshotCache,
+        hooks: Hooks,
+        push: Push,
+        gate_wait: float = GATE_WAIT,
+        resync_wait: float = RESYNC_WAIT,
+        removal_grace: float = 0.0,  # the server passes REMOVAL_GRACE; a bare stream removes at once
+    ) -> None:
         self.info = info
         self._cache = cache
         self._hooks = hooks
         self._push = push
         self._gate_wait = gate_wait
+        self._resync_wait = resync_wait
+        self._removal_grace = removal_grace
+        self._routes_moved: float | None = None  # when the node last accepted routes (monotonic)
+        # The node held a config when it connected and has not been moved since (see the docstring).
+        self._resuming = False
+        self._resync_waited = False
         self._nonces = itertools.count(1)
         self._types: dict[str, TypeState] = {}
         self._pending: dict[str, Pending] = {}  # lane -> the response awaiting the node's answer
@@ -103,7 +133,6 @@ class Stream:
         self._gate: tuple[tuple[str, str, bool], float] | None = None  # (what waits, deadline)
         self._timer: threading.Timer | None = None
         self._opened = False
-        self.removal_grace = 0.0  # see REMOVAL_GRACE
 
     # -- what the protocols call
 
@@ -135,6 +164,11 @@ class Stream:
         self._cache.join(self.info.node, self.info.id, self._push)
         self._hooks.opened(self.info)
 
+    def _resume(self, t: str, holds: bool) -> None:
+        """On a type's first request: whether the node said it holds a config (it reconnected)."""
+        if holds and t in RESUMED_TYPES:
+            self._resuming = True
+
     def _answered(self, t: str, nonce: str, error: str | None) -> None:
         """Settle the response ``nonce`` answers, when it is the one awaited."""
         lane = _lane(t)
@@ -145,6 +179,8 @@ class Stream:
         state = self._types[t]
         if error is None:
             state.refused.clear()
+            if t == ROUTE:
+                self._routes_moved = time.monotonic()
             self._hooks.acked(self.info, t, p.version)
         else:
             # The node keeps what it had; resending what it just refused would be refused again.
@@ -194,7 +230,7 @@ class Stream:
         )
         for t, final, want, done in plan:
             if not done:
-                return (t, want) if self._gate_open(t, final, snapshot) else None
+                return (t, want) if self._resync_open(snapshot) and self._gate_open(t, final, snapshot) else None
         self._gate = None
         return None
 
@@ -221,16 +257,40 @@ class Stream:
                     want.setdefault(name, version)
         return want
 
+    def _resync_open(self, snapshot: Snapshot) -> bool:
+        """Whether a node that reconnected holding a config may be moved: once a sidecar holds the
+        snapshot's data, or ``resync_wait`` after the control plane started."""
+        if not self._resuming:
+            return True
+        if not snapshot.resources.named(SIDECAR) or self._cache.holding(self.info.node, SIDECAR, snapshot.version, exclude=self.info.id):
+            self._resuming = False
+            return True
+        left = self._cache.started + self._resync_wait - time.monotonic()
+        if left <= 0:
+            self._resuming = False
+            if self._resync_waited:
+                _log.warning(
+                    "resyncing a node before any sidecar holds the sidecar data",
+                    node=self.info.node.id,
+                    version=snapshot.version,
+                    waited_s=self._resync_wait,
+                    hint="no sidecar reconnected since the control plane started",
+                )
+            return True
+        self._resync_waited = True
+        self._arm(left)
+        self._cache.wait(self.info.id)
+        return False
+
     def _gate_open(self, t: str, final: bool, snapshot: Snapshot) -> bool:
-        """Whether the other streams are where step ``(t, final)`` needs them (or waited long enough)."""
-        if t == CLUSTER and final and self.removal_grace > 0:
-            key = (snapshot.version, t, final)
-            now = time.monotonic()
-            if self._gate is None or self._gate[0] != key:
-                self._gate = (key, now + self.removal_grace)
-                self._arm(self.removal_grace)
+        """Whether the other streams are where step ``(t, final)`` needs them (or waited long
+        enough), and whether clusters may go yet."""
+        if t == CLUSTER and final:
+            left = 0.0 if self._routes_moved is None else self._routes_moved + self._removal_grace - time.monotonic()
+            if left > 0:
+                self._arm(left)
                 return False
-            return now >= self._gate[1]
+            return True
         if t == ROUTE and not final:
             lagging = self._cache.lagging(self.info.node, SIDECAR, snapshot.version, settled=False, exclude=self.info.id)
         elif t == SIDECAR and final:

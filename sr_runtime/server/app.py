@@ -28,23 +28,26 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sr_control.systemone import ClientRequest, DeadlineExceeded, HttpAnswer, NotServed
+from sr_control.systemone import ClientRequest, DeadlineExceeded, DetailItem, HttpAnswer, NotServed, ValidationFailed
+from sr_control.log import get_logger
 from sr_control.systemone.generated.runtime_fields import RUNTIME_CONTRACT
 from sr_runtime.server.auth import check_key
 from sr_runtime.server.body import check_parts, read_body
 from sr_runtime.server.bridge import EnginePlan, to_engine, to_reply
-from sr_runtime.server.errors import RETRY_AFTER_S, MethodNotAllowed, error_answer
+from sr_runtime.server.errors import CLIENT_CLOSED, RETRY_AFTER_S, MethodNotAllowed, error_answer
 from sr_runtime.server.runtime import Loader, Runtime, Status
 from sr_runtime.server.scheduler import Outcome, Scheduler
 from sr_runtime.server.served import folder_date, model_folder
 from sr_runtime.server.settings import ServerSettings
 from sr_runtime.types import DecisionEngine
 
+log = get_logger("vllm-srun.server")
 REQUEST_ID = "x-typesafe-request-id"
 _REQUEST_ID_SHAPE = re.compile(rb"[\x21-\x7e]{1,128}")  # printable ASCII: it goes back out as a header
 
@@ -68,7 +71,7 @@ async def answer(request: HttpRequest) -> Response:
     try:
         check_key(rt.settings.api_key, request.headers)
         body = await read_body(request)
-        req = rt.codec.read(request.url.path, body.json, request.headers.items())
+        req = _read(rt, request, body.json)
         if body.multipart:
             check_parts(req.ir, body)
         model, scheduler = rt.ready()
@@ -78,8 +81,22 @@ async def answer(request: HttpRequest) -> Response:
         meta = _meta(outcome) if (req.ir.options or {}).get("return_meta") is True else None
         reply = to_reply(plan, outcome.results if outcome else [], model.name, meta)
         return Response(rt.codec.answer_success(req, reply), 200, media_type="application/json")
+    except ClientDisconnect:
+        return Response(status_code=CLIENT_CLOSED)  # nobody reads it; the metrics count it as such
     except Exception as exc:  # noqa: BLE001 - every error is answered, in one place
         return _send(error_answer(rt.codec, exc, req))
+
+
+def _read(rt: Runtime, request: HttpRequest, body: bytes) -> ClientRequest:
+    try:
+        return rt.codec.read(request.url.path, body, request.headers.items())
+    except (RecursionError, OverflowError) as exc:
+        # Limits of Python itself that a client's JSON reaches inside the codec's reader (arrays
+        # about 490 deep, a 400-digit deadline_ms), which should report them as it reports other
+        # bad JSON; until it does, they are a bad body here, not a 500.
+        log.warning("request unreadable", error=f"{type(exc).__name__}: {exc}")
+        message = "the body nests deeper than this server reads" if isinstance(exc, RecursionError) else "a number in the body is too large to read"
+        raise ValidationFailed([DetailItem(("body",), f"JSON decode error: {message}", "json_invalid")]) from None
 
 
 async def _answered(scheduler: Scheduler, plan: EnginePlan, deadline_ms: int | None, arrived: float) -> Outcome | None:

@@ -16,6 +16,8 @@ logged: a bad request never reaches that branch, so it never gets a 5xx.
 
 from __future__ import annotations
 
+import traceback
+
 from sr_control.log import get_logger
 from sr_control.systemone import ClientRequest, HttpAnswer, ListenerCodec, ProtocolError, QuestionFailed
 from sr_control.systemone.errors import QUESTION_ERROR_STATUS
@@ -23,6 +25,9 @@ from sr_runtime.errors import DecisionError
 
 log = get_logger("vllm-srun.server")
 RETRY_AFTER_S = 1.0
+# A client that went away before its body arrived gets nothing; its request is counted under
+# nginx's "client closed request" status, not as a 500 of ours.
+CLIENT_CLOSED = 499
 
 
 class AuthenticationFailed(ProtocolError):
@@ -79,5 +84,8 @@ def error_answer(codec: ListenerCodec, exc: BaseException, req: ClientRequest | 
     if isinstance(exc, DecisionError):
         status = QUESTION_ERROR_STATUS.get(exc.code, 500)
         return codec.answer_error(QuestionFailed(str(exc), status=status, reason=exc.code), req)
-    log.error("internal error", error=repr(exc), exc_info=exc)
+    # The traceback as plain text, not exc_info: the console renderer would draw it with rich,
+    # locals and all, on the event loop, and a deep recursion took it minutes, every other
+    # request waiting behind it.
+    log.error("internal error", error=repr(exc), exception="".join(traceback.format_exception(exc)))
     return codec.answer_error(ProtocolError(f"internal error: {type(exc).__name__}", status=500, code="internal_error"), req)

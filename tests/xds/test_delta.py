@@ -48,7 +48,8 @@ def stream(cache: SnapshotCache, events: list[tuple[str, ...]]) -> DeltaStream:
         resumed=lambda i, t, v: events.append(("resumed", t)),
         nacked=lambda i, t, v, m: events.append(("nack", t, m)),
     )
-    return DeltaStream(StreamInfo(1, "delta", "test"), cache, hooks, lambda: events.append(("wake",)))
+    # No sidecar here: a node that reconnects is moved at once (test_order.py holds the wait for one).
+    return DeltaStream(StreamInfo(1, "delta", "test"), cache, hooks, lambda: events.append(("wake",)), resync_wait=0)
 
 
 def names(response: discovery_pb2.DeltaDiscoveryResponse) -> list[str]:

@@ -61,7 +61,8 @@ class Envoy:
 
     def __init__(self, cache: SnapshotCache, woken: list[str] | None = None) -> None:
         wake = (lambda: woken.append("envoy")) if woken is not None else (lambda: None)
-        self.stream = SotwStream(StreamInfo(1, "sotw", "envoy"), cache, Hooks(), wake)
+        # Old clusters go as soon as the routes moved (the grace has its own test below).
+        self.stream = SotwStream(StreamInfo(1, "sotw", "envoy"), cache, Hooks(), wake, removal_grace=0)
         for t, names_ in ((CLUSTER, ()), (LISTENER, ()), (ROUTE, ("route/a",))):
             (response,) = self.stream.on_request(sotw_request(t, names=names_))
             assert self.ack(response) == []
@@ -110,7 +111,7 @@ def test_each_step_waits_for_the_ack_of_the_one_before(cache: SnapshotCache) -> 
 
 
 def test_delta_adds_before_and_removes_after(cache: SnapshotCache) -> None:
-    stream = DeltaStream(StreamInfo(1, "delta", "envoy"), cache, Hooks(), lambda: None)
+    stream = DeltaStream(StreamInfo(1, "delta", "envoy"), cache, Hooks(), lambda: None, removal_grace=0)
 
     def request(t: str, nonce: str = "", subscribe: tuple[str, ...] = ()) -> list[Any]:
         return stream.on_request(discovery_pb2.DeltaDiscoveryRequest(node=NODE, type_url=t, response_nonce=nonce, resource_names_subscribe=list(subscribe)))
@@ -208,3 +209,66 @@ def test_after_a_refused_cluster_update_the_later_steps_still_go(cache: Snapshot
     assert final.type_url == CLUSTER  # the removal step, a different state, is offered once
     assert envoy.ack(final, error="no such host") == []
     assert envoy.stream.on_push() == []  # nothing refused is sent again
+
+
+def test_a_reconnecting_envoy_gets_new_routes_only_once_a_reconnecting_sidecar_holds_their_data() -> None:
+    # A control plane restarted on a config edited while it was down: Envoy reconnects first,
+    # holding routes of the old version; the sidecar's own reconnect comes later. Routes sent
+    # before it holds their data would be answered 503 config_version_unknown; held back, the
+    # routes Envoy holds keep serving.
+    cache = SnapshotCache()
+    cache.set_snapshot(ALL_NODES, AFTER)
+    woken: list[str] = []
+    stream = SotwStream(StreamInfo(1, "sotw", "envoy"), cache, Hooks(), lambda: woken.append("envoy"))
+    sent = []
+    for t, names_ in ((CLUSTER, ()), (LISTENER, ()), (ROUTE, ("route/a",))):
+        pending = stream.on_request(sotw_request(t, BEFORE.type_version(t), names=names_))
+        while pending:
+            (response,) = pending
+            sent.append(response.type_url)
+            pending = stream.on_request(sotw_request(response.type_url, response.version_info, response.nonce, names=("route/a",) if response.type_url == ROUTE else ()))
+    assert sent == []  # nothing moves before a sidecar holds the new data: Envoy keeps what it has
+    woken.clear()
+    Sidecar(cache, [])
+    assert woken  # the sidecar's ACK wakes the Envoy stream
+    pending = stream.on_push()
+    while pending:
+        (response,) = pending
+        sent.append(response.type_url)
+        pending = stream.on_request(sotw_request(response.type_url, response.version_info, response.nonce, names=("route/a",) if response.type_url == ROUTE else ()))
+    assert sent == [CLUSTER, ROUTE]  # then in make-before-break order
+
+
+def test_a_reconnecting_envoy_waits_for_the_sidecars_only_for_a_while() -> None:
+    cache = SnapshotCache()
+    cache.set_snapshot(ALL_NODES, AFTER)
+    woken: list[str] = []
+    stream = SotwStream(StreamInfo(1, "sotw", "envoy"), cache, Hooks(), lambda: woken.append("envoy"), resync_wait=0.05)
+    pending = stream.on_request(sotw_request(ROUTE, BEFORE.type_version(ROUTE), names=("route/a",)))
+    assert pending == []
+    wait_for(lambda: woken, timeout=5, what="the bounded wait to end")
+    (routes,) = stream.on_push()
+    assert routes.type_url == ROUTE
+
+
+def test_an_envoy_that_holds_no_routes_yet_gets_them_without_waiting_for_sidecars() -> None:
+    cache = SnapshotCache()
+    cache.set_snapshot(ALL_NODES, AFTER)
+    stream = SotwStream(StreamInfo(1, "sotw", "envoy"), cache, Hooks(), lambda: None)
+    (routes,) = stream.on_request(sotw_request(ROUTE, names=("route/a",)))
+    assert routes.type_url == ROUTE
+
+
+def test_a_cluster_no_route_names_goes_only_a_while_after_the_routes_moved(cache: SnapshotCache) -> None:
+    # A request matched by the old route just before it moved may still be with the sidecar,
+    # which names the old cluster; Envoy then looks that cluster up. Removed at once, it is
+    # gone: 503 "no cluster" (seen against a real Envoy in tests/e2e/test_push_order.py).
+    woken: list[str] = []
+    envoy = Envoy(cache, woken)
+    envoy.stream._removal_grace = 0.2
+    cache.set_snapshot(ALL_NODES, AFTER)
+    assert [t for t, _ in envoy.run()] == [CLUSTER, ROUTE]  # the old cluster is kept for now
+    woken.clear()
+    wait_for(lambda: woken, timeout=5, what="the grace to end")
+    (removal,) = envoy.stream.on_push()
+    assert removal.type_url == CLUSTER and "provider/old" not in names(removal)
