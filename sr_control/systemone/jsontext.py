@@ -189,6 +189,10 @@ def stdlib_loads(text: str | bytes) -> Json:
         value = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise JsonTextError(f"{exc.msg} at line {exc.lineno} column {exc.colno}", exc.pos) from None
+    except RecursionError:
+        # The reader recurses per nesting level; a body nested past Python's limit is the
+        # client's error (json_invalid), never a crash of whoever reads it.
+        raise JsonTextError("the body nests arrays or objects too deeply", 0) from None
     if "\\ud" in text or "\\uD" in text:
         _refuse_lone_surrogates(value)
     return _tuple(value) if type(value) is list else value

@@ -116,6 +116,14 @@ def test_text_that_is_not_json_gets_422_json_invalid() -> None:
     assert status == 422 and error["detail"][0]["type"] == "json_invalid"
 
 
+def test_json_nested_past_the_readers_depth_gets_422_json_invalid() -> None:
+    """The reader recurses per level: nesting past Python's limit was a RecursionError (a 500)."""
+    deep = b"[" * 5000 + b"]" * 5000
+    status, error = refusal(V50, b'{"state": "x", "questions": {"q": {"type": "noul", "instructions": "a"}}, "x": ' + deep + b"}")
+    assert status == 422 and error["detail"][0]["type"] == "json_invalid"
+    assert "too deeply" in error["detail"][0]["msg"]
+
+
 # ---------------------------------------------------------------------------- 4.0 forms
 
 LEGACY = [(name.split("/", 1)[1], text) for name, text in corpus() if name.startswith("legacy/")]
