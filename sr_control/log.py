@@ -19,7 +19,9 @@ def configure(level: str = "info", fmt: LogFormat = "console") -> None:
     if fmt == "json":
         renderer = structlog.processors.JSONRenderer()
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        # Plain tracebacks: the default draws them with rich, locals and all, which took minutes
+        # for a deep one and held a server's event loop meanwhile (docs/reliability.md).
+        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
