@@ -379,7 +379,7 @@ def _enum(f: FieldDescriptor, value: Any) -> int:
     enum = f.enum_type
     named = enum.values_by_name.get(value)
     if named is not None:
-        return named.number  # type: ignore[no-any-return]
+        return named.number
     try:
         number = int(value)
     except ValueError:

@@ -60,7 +60,7 @@ class Marked:
         return line + 1, col + 1
 
 
-class _CoreLoader(yaml.CSafeLoader):  # type: ignore[misc, name-defined]
+class _CoreLoader(yaml.CSafeLoader):
     """libyaml's parser with the YAML 1.2 core schema's scalar resolution."""
 
 

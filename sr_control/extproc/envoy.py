@@ -90,7 +90,7 @@ def forward_headers(f: Forward, cluster_header: str) -> pb.ProcessingResponse:
 def immediate(a: Answer) -> pb.ProcessingResponse:
     return pb.ProcessingResponse(
         immediate_response=pb.ImmediateResponse(
-            status=http_status_pb2.HttpStatus(code=a.status),  # type: ignore[arg-type]
+            status=http_status_pb2.HttpStatus(code=a.status),
             headers=pb.HeaderMutation(set_headers=_set(a.headers)),
             body=a.body,
         )
