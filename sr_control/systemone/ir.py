@@ -167,7 +167,7 @@ class Batch:
 
 
 def _deadline(options: JsonObject | None) -> int | None:
-    value = (options or {}).get("deadline_ms")
+    value = options.get("deadline_ms") if options is not None else None
     if value is None:
         return None
     return int(value.value if isinstance(value, Number) else value)

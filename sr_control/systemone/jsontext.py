@@ -78,7 +78,8 @@ class JsonObject(dict[str, Any]):
         return f"JsonObject({dict.__repr__(self)})"
 
 
-Json: TypeAlias = "str | bool | None | Number | int | float | tuple[Json, ...] | list[Json] | dict[str, Json]"
+# What ``loads`` returns: every number a Number, every array a tuple, every object a JsonObject.
+Json: TypeAlias = "str | bool | None | Number | tuple[Json, ...] | JsonObject"
 
 
 class JsonTextError(ValueError):
