@@ -42,4 +42,4 @@ def _stderr_logger(*args: object) -> structlog.PrintLogger:
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
-    return structlog.get_logger(name)  # type: ignore[no-any-return]
+    return structlog.get_logger(name)

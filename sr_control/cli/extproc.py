@@ -29,7 +29,7 @@ def _listeners(text: str) -> tuple[str, ...]:
 
 @app.command()
 def serve(
-    xds: Annotated[Address, typer.Option("--xds", parser=address, metavar="HOST:PORT", help="The control plane's ADS port, where the sidecar subscribes to its data.", show_default=False)],  # type: ignore[assignment]
+    xds: Annotated[Address, typer.Option("--xds", parser=address, metavar="HOST:PORT", help="The control plane's ADS port, where the sidecar subscribes to its data.", show_default=False)],
     host: Annotated[str, typer.Option(help="Address to listen on (the sidecar runs beside Envoy: loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="The ext_proc gRPC port Envoy calls.", min=1, max=65535)] = 18080,
     status_port: Annotated[int, typer.Option(help="HTTP port for /status, /metrics and /healthz.", min=0, max=65535)] = 18081,

@@ -97,7 +97,7 @@ def forward_headers(f: Forward, cluster_header: str) -> pb.ProcessingResponse:
 def immediate(a: Answer) -> pb.ProcessingResponse:
     out = pb.ProcessingResponse()
     immediate = out.immediate_response
-    immediate.status.code = a.status  # type: ignore[assignment]  # an int the enum has, or Envoy's own
+    immediate.status.code = a.status
     _set(immediate.headers, a.headers)
     immediate.body = a.body
     return out

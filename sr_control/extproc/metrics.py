@@ -7,11 +7,12 @@ them up, so N workers show as one sidecar.
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 
-M = TypeVar("M", Counter, Gauge, Histogram)
+M = TypeVar("M", bound=MetricWrapperBase)
 
 # The request seconds a sidecar adds are sub-millisecond; calls that go upstream take longer.
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -22,14 +23,14 @@ class Family(Generic[M]):
     touches four or five of them, and ``labels()`` checks and rebuilds its key each time."""
 
     def __init__(self, metric: M) -> None:
-        self.metric = metric
-        self._children: dict[tuple[str, ...], Any] = {}
+        self.metric: M = metric
+        self._children: dict[tuple[str, ...], M] = {}
 
     def labels(self, *values: str) -> M:
         child = self._children.get(values)
         if child is None:
             child = self._children[values] = self.metric.labels(*values)
-        return child  # type: ignore[no-any-return]
+        return child
 
 
 class Metrics:

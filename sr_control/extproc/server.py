@@ -207,7 +207,11 @@ def serve(settings: SidecarSettings, *, stop: threading.Event | None = None, on_
 
     _signals(on_signal)
     if stop is not None:
-        threading.Thread(target=lambda: (stop.wait(), worker.stop()), daemon=True).start()
+        def stop_when_asked() -> None:
+            stop.wait()
+            worker.stop()
+
+        threading.Thread(target=stop_when_asked, daemon=True).start()
     if on_ready is not None:
         threading.Thread(target=lambda: (worker.started.wait(), on_ready(worker.port, http.port)), daemon=True).start()
     try:
@@ -292,7 +296,11 @@ def _supervise(settings: SidecarSettings, stop: threading.Event | None, on_ready
     done = threading.Event()
     _signals(lambda *_: done.set())
     if stop is not None:
-        threading.Thread(target=lambda: (stop.wait(), done.set()), daemon=True).start()
+        def done_when_asked() -> None:
+            stop.wait()
+            done.set()
+
+        threading.Thread(target=done_when_asked, daemon=True).start()
     if on_ready is not None:
         def announce() -> None:
             while not done.is_set() and not ready():

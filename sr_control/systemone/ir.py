@@ -173,7 +173,7 @@ MAX_DEADLINE_MS = 2**31 - 1
 
 
 def _deadline(options: JsonObject | None) -> int | None:
-    value = (options or {}).get("deadline_ms")
+    value = options.get("deadline_ms") if options is not None else None
     if value is None:
         return None
     return min(int(value.value if isinstance(value, Number) else value), MAX_DEADLINE_MS)

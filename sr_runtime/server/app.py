@@ -57,7 +57,7 @@ def _send(answer: HttpAnswer) -> Response:
 
 
 def _runtime(request: HttpRequest) -> Runtime:
-    return request.state.runtime  # type: ignore[no-any-return]
+    return request.state.runtime
 
 
 # ---------------------------------------------------------------------------- endpoints
@@ -78,7 +78,8 @@ async def answer(request: HttpRequest) -> Response:
         model.check(req.ir)
         plan = to_engine(req.ir, model.card)
         outcome = await _answered(scheduler, plan, req.ir.deadline_ms, arrived)
-        meta = _meta(outcome) if (req.ir.options or {}).get("return_meta") is True else None
+        options = req.ir.options
+        meta = _meta(outcome) if options is not None and options.get("return_meta") is True else None
         reply = to_reply(plan, outcome.results if outcome else [], model.name, meta)
         return Response(rt.codec.answer_success(req, reply), 200, media_type="application/json")
     except ClientDisconnect:
