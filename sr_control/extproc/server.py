@@ -192,7 +192,7 @@ def serve(settings: SidecarSettings, *, stop: threading.Event | None = None, on_
         return _supervise(settings, stop, on_ready)
     worker = Worker(settings)
     http = StatusServer(
-        settings.host, settings.status_port,
+        settings.status_address, settings.status_port,
         status=lambda: {"workers": [worker.status_from_thread()]},
         metrics=lambda: worker.sidecar.metrics.text() if worker.started.is_set() else b"",
         serving=worker.ready,
@@ -288,7 +288,7 @@ def _supervise(settings: SidecarSettings, stop: threading.Event | None, on_ready
         return all(p.is_alive() for p in procs) and all(now - s.get("at", now) < 10 and s.get("alive", True) for s in statuses())
 
     http = StatusServer(
-        settings.host, settings.status_port,
+        settings.status_address, settings.status_port,
         status=lambda: {"workers": statuses()}, metrics=lambda: generate_latest(registry),
         serving=ready, alive=alive, not_ready=NOT_READY, not_alive=NOT_ALIVE,
     )
