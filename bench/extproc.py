@@ -189,6 +189,27 @@ def throughput(port: int, seconds: float, clients: int = 8) -> float:
     return counter.value / seconds
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def interleaved(stacks: list[tuple[int, list[int]]], n: int, rounds: int = 5) -> tuple[list[list[float]], list[float]]:
+    """Latencies of each stack (its listener port and the pids whose CPU it uses), measured in
+    alternating rounds so that load from outside falls on each alike; and each stack's CPU
+    milliseconds per request over those rounds (the measure load cannot inflate much)."""
+    ms: list[list[float]] = [[] for _ in stacks]
+    cpu = [0.0 for _ in stacks]
+    for _ in range(rounds):
+        for i, (port, pids) in enumerate(stacks):
+            before = sum(cpu_s(pid) for pid in pids)
+            ms[i] += latencies(port, "/v1/systemone", REQUEST, n // rounds)
+            cpu[i] += sum(cpu_s(pid) for pid in pids) - before
+    per_request = [c * 1000 / ((n // rounds + n // rounds // 5) * rounds) for c in cpu]
+    return ms, per_request
+
+
 def p(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] if q < 100 else max(values)
 
@@ -277,16 +298,20 @@ def main() -> None:
         ours = Stack(directory, "ours", url, [], free_port())
         try:
             n = args.requests
-            bare_ms = latencies(bare.port, "/v1/systemone", REQUEST, n)
-            ours_ms = latencies(ours.port, "/v1/systemone", REQUEST, n)
+            assert ours.sidecar is not None and bare.envoy is not None and echo.pid is not None
+            (bare_ms, ours_ms), (bare_cpu, ours_cpu) = interleaved([(bare.port, [echo.pid]), (ours.port, [ours.sidecar.pid])], n)
             ours.start_sidecar(["--forwarding", "sidecar"])
-            direct_ms = latencies(ours.port, "/v1/systemone", REQUEST, n)
-            print(f"4-question request through Envoy, {n} sequential requests after {n // 5} warm-up; canned member")
-            print(f"{'':38s} {'p50 ms':>8s} {'p99 ms':>8s} {'p50 added':>10s} {'p99 added':>10s}")
-            for label, ms in (("bare ext_proc (names the cluster)", bare_ms), ("sidecar, Envoy forwards", ours_ms), ("sidecar, calls the member itself", direct_ms)):
-                added = "" if ms is bare_ms else f"{p(ms, 50) - p(bare_ms, 50):10.3f} {p(ms, 99) - p(bare_ms, 99):10.3f}"
-                print(f"{label:38s} {p(ms, 50):8.3f} {p(ms, 99):8.3f} {added}")
+            assert ours.sidecar is not None
+            (direct_ms,), (direct_cpu,) = interleaved([(ours.port, [ours.sidecar.pid])], n)
+            print(f"4-question request through Envoy, {n} sequential requests (in 5 alternating rounds, each after a warm-up); canned member")
+            print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+            print(f"{'':38s} {'p50 ms':>8s} {'p99 ms':>8s} {'p50 added':>10s} {'p99 added':>10s} {'ext_proc CPU ms/req':>20s}")
+            rows = (("bare ext_proc (names the cluster)", bare_ms, bare_cpu), ("sidecar, Envoy forwards", ours_ms, ours_cpu), ("sidecar, calls the member itself", direct_ms, direct_cpu))
+            for label, ms, cpu in rows:
+                added = f"{'':10s} {'':10s}" if ms is bare_ms else f"{p(ms, 50) - p(bare_ms, 50):10.3f} {p(ms, 99) - p(bare_ms, 99):10.3f}"
+                print(f"{label:38s} {p(ms, 50):8.3f} {p(ms, 99):8.3f} {added} {cpu:20.3f}")
             print(f"target: at most {TARGET_ADDED_MS} ms p50 added over the bare ext_proc")
+            print(f"CPU the sidecar adds per request (a sequential client waits for it; load from outside cannot inflate it much): {ours_cpu - bare_cpu:.3f} ms (Envoy forwards), {direct_cpu - bare_cpu:.3f} ms (calls the member itself)")
 
             print(f"\nthroughput, 8 client processes on keep-alive connections, {args.seconds:.0f} s each")
             print(f"  bare ext_proc:              {throughput(bare.port, args.seconds):8.0f} req/s")
