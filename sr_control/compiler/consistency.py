@@ -8,8 +8,8 @@ go-control-plane's ``Snapshot.Consistent``).
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from envoy.config.route.v3 import route_components_pb2
@@ -34,28 +34,44 @@ class Inconsistent(CompileError):
 def consistency_problems(resources: Resources) -> list[str]:
     """Every dangling reference: a listener's routes, a route's cluster, a route's sidecar data."""
     problems: list[str] = []
-    clusters = resources.named(CLUSTER)
-    routes = resources.named(ROUTE)
+    clusters = set(resources.named(CLUSTER))
+    routes = set(resources.named(ROUTE))
     sidecars = resources.named(SIDECAR)
     for listener in resources[LISTENER]:
-        for kind, wanted in _REFERENCES.of(listener, _listener_references):
+        refs = _REFERENCES.of(listener, _listener_references)
+        if refs.routes <= routes and refs.clusters <= clusters:
+            continue
+        for kind, wanted in refs.each:
             if kind == "routes" and wanted not in routes:
                 problems.append(f"{listener.name} names routes {wanted!r}, which are not compiled")
             elif kind == "cluster" and wanted not in clusters:
                 problems.append(f"{listener.name}: ext_proc calls cluster {wanted!r}, which is not compiled")
     for route_config in resources[ROUTE]:
-        for route, kind, wanted in _REFERENCES.of(route_config, _route_references):
+        refs = _REFERENCES.of(route_config, _route_references)
+        sidecar = sidecars.get(names.sidecar(route_config.name.removeprefix("route/")))
+        if refs.clusters <= clusters and (not refs.versions or (sidecar is not None and refs.versions == {sidecar.version})):
+            continue
+        for route, kind, wanted in refs.each:
             if kind == "cluster" and wanted not in clusters:
                 problems.append(f"{route_config.name} route {route!r} goes to cluster {wanted!r}, which is not compiled")
-            elif kind == "sidecar":
-                sidecar = sidecars.get(names.sidecar(route_config.name.removeprefix("route/")))
-                if sidecar is None or sidecar.version != wanted:
-                    have = sidecar.version if sidecar else "none"
-                    problems.append(f"{route_config.name} route {route!r} names sidecar data version {wanted}, compiled: {have}")
+            elif kind == "sidecar" and (sidecar is None or sidecar.version != wanted):
+                have = sidecar.version if sidecar else "none"
+                problems.append(f"{route_config.name} route {route!r} names sidecar data version {wanted}, compiled: {have}")
     return problems
 
 
-def _listener_references(listener: Message) -> tuple[tuple[str, str], ...]:
+@dataclass(frozen=True, slots=True)
+class _Refs:
+    """What one resource refers to: each reference in order (for the messages), and as sets
+    (to tell at once that all of them are there, the usual case)."""
+
+    each: tuple[tuple[str, ...], ...]
+    routes: frozenset[str] = frozenset()
+    clusters: frozenset[str] = frozenset()
+    versions: frozenset[str] = frozenset()
+
+
+def _listener_references(listener: Message) -> _Refs:
     refs = []
     for hcm in _connection_managers(listener):
         wanted = hcm.rds.route_config_name if hcm.HasField("rds") else ""
@@ -66,10 +82,10 @@ def _listener_references(listener: Message) -> tuple[tuple[str, str], ...]:
                 proc = ext_proc_pb2.ExternalProcessor()
                 http_filter.typed_config.Unpack(proc)
                 refs.append(("cluster", proc.grpc_service.envoy_grpc.cluster_name))
-    return tuple(refs)
+    return _Refs(tuple(refs), routes=_of_kind(refs, "routes"), clusters=_of_kind(refs, "cluster"))
 
 
-def _route_references(route_config: Message) -> tuple[tuple[str, str, str], ...]:
+def _route_references(route_config: Message) -> _Refs:
     refs = []
     for vhost in route_config.virtual_hosts:  # type: ignore[attr-defined]
         for route in vhost.routes:
@@ -78,7 +94,12 @@ def _route_references(route_config: Message) -> tuple[tuple[str, str, str], ...]
             version = _sidecar_version(route)
             if version is not None:
                 refs.append((route.name, "sidecar", version))
-    return tuple(refs)
+    kinds = [(kind, wanted) for _, kind, wanted in refs]
+    return _Refs(tuple(refs), clusters=_of_kind(kinds, "cluster"), versions=_of_kind(kinds, "sidecar"))
+
+
+def _of_kind(refs: list[tuple[str, str]], kind: str) -> frozenset[str]:
+    return frozenset(wanted for k, wanted in refs if k == kind)
 
 
 class _References:
@@ -86,25 +107,24 @@ class _References:
     listener's filters and every route's per-filter config is most of the check's cost, and a
     recompile after an edit serves almost every resource again unchanged. Keyed by the packed
     bytes themselves (their hash is computed once per bytes object), so the answer is exact;
-    bounded, least recently used first out."""
+    bounded, oldest first out (a resource still served is then read once more)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._entries: OrderedDict[tuple[str, bytes], Any] = OrderedDict()
+        self._entries: dict[tuple[str, bytes], Any] = {}
         self._lock = threading.Lock()  # the control plane and a CLI compile may share a process
 
     def of(self, resource: Resource, read: Callable[[Message], Any]) -> Any:
         key = (resource.packed.type_url, resource.packed.value)
-        with self._lock:
-            refs = self._entries.get(key)
-            if refs is not None:
-                self._entries.move_to_end(key)
-                return refs
+        refs = self._entries.get(key)  # a dict read is atomic; writes take the lock
+        if refs is not None:
+            return refs
         refs = read(resource.message)
         with self._lock:
             self._entries[key] = refs
-            while len(self._entries) > self.limit:
-                self._entries.popitem(last=False)
+            if len(self._entries) > self.limit:
+                # Keep the newer half: amortized, unlike taking the oldest out one by one.
+                self._entries = dict(list(self._entries.items())[self.limit // 2 :])
         return refs
 
 

@@ -89,7 +89,6 @@ class Recompiler:
         models = catalog(config)
         if models == self._models:
             models = self._models  # the same object: each listener then checks it by identity
-        self._models = models
         definitions = _Definitions(config)
         data = SidecarData(config)
         units: dict[str, _ListenerUnit] = {}
@@ -100,9 +99,12 @@ class Recompiler:
             by_type[SIDECAR].append(sidecar)
             by_type[ROUTE].append(routes)
             by_type[LISTENER].append(listener)
-        self._listeners = units
-        by_type[CLUSTER] = self._all_clusters(config)
-        return consistent(Resources(by_type))
+        clusters = self._all_clusters(config)
+        by_type[CLUSTER] = [u.resource for u in clusters.values()] + [self._sidecar()]
+        resources = consistent(Resources(by_type))
+        # Kept only once the whole compile succeeded: a failed one leaves the last good units.
+        self._listeners, self._clusters, self._models = units, clusters, models
+        return resources
 
     def _listener(
         self, config: config_model.RouterConfig, l: config_model.Listener, models: ModelCatalog, definitions: _Definitions, data: SidecarData
@@ -120,7 +122,7 @@ class Recompiler:
         self.built += 1
         return _ListenerUnit(l, models, offer, named, _listener_resources(config, offer, data))
 
-    def _all_clusters(self, config: config_model.RouterConfig) -> list[Resource]:
+    def _all_clusters(self, config: config_model.RouterConfig) -> dict[str, _ClusterUnit]:
         units: dict[str, _ClusterUnit] = {}
         for name, dep in config.deployments.items():
             units[names.deployment_cluster(name)] = self._cluster(
@@ -130,11 +132,13 @@ class Recompiler:
             units[names.provider_cluster(model.name)] = self._cluster(
                 names.provider_cluster(model.name), (index, model), lambda: provider_cluster(model, index, self.settings)
             )
-        self._clusters = units
+        return units
+
+    def _sidecar(self) -> Resource:
         if self._sidecar_cluster is None:
             built = sidecar_cluster(self.settings)
             self._sidecar_cluster = Resource.of(built["name"], parse(built, Cluster, built["name"]))
-        return [u.resource for u in units.values()] + [self._sidecar_cluster]
+        return self._sidecar_cluster
 
     def _cluster(self, name: str, source: tuple[Any, Any], build: Any) -> _ClusterUnit:
         old = self._clusters.get(name)

@@ -33,6 +33,7 @@ from sr_control.config.model import (
     RouterConfig,
 )
 from sr_control.config.marked import Marked, YamlSyntaxError, from_round_trip, read
+from sr_control.config.reread import Rereader
 
 _SECTIONS = ("version", "providers", "deployments", "pools", "listeners")
 
@@ -84,12 +85,15 @@ def load_text(text: str, file: str = "<config>") -> RouterConfig:
     return report.config
 
 
-def validate_text(text: str, file: str) -> Report:
-    """The reading pipeline, one stage after the other; never raises for a bad file."""
+def validate_text(text: str, file: str, *, reader: Rereader | None = None) -> Report:
+    """The reading pipeline, one stage after the other; never raises for a bad file.
+
+    ``reader``: the file's Rereader, which parses only the entries an edit changed since the
+    text it read last (``xds serve`` keeps one per file); the report is the same either way."""
     report = Report(file)
     # 1. Source text -> marked document: plain data, and where each value was written.
     try:
-        marked = read(text, file)
+        marked = reader.read(text, file) if reader is not None else read(text, file)
     except YamlSyntaxError as exc:
         report.problems.append(exc.problem)
         return report
