@@ -12,6 +12,7 @@ from sr_control.compiler import names
 from sr_control.compiler.clusters import clusters, xds_cluster
 from sr_control.compiler.listeners import listener
 from sr_control.compiler.offer import listener_offer
+from sr_control.compiler.consistency import consistent
 from sr_control.compiler.incremental import Recompiler
 from sr_control.compiler.protos import Bootstrap, typed_struct
 from sr_control.compiler.convert import parse
@@ -25,7 +26,7 @@ from sr_control.config.model import RouterConfig
 
 def compile(config: RouterConfig, settings: Settings = Settings()) -> Resources:  # noqa: A001 - the domain's word
     """The whole config, every unit built: the reference an incremental recompile equals."""
-    return Recompiler(settings).compile(config)
+    return consistent(Recompiler(settings).compile(config))
 
 
 def bootstrap(settings: Settings = Settings()) -> Bootstrap:

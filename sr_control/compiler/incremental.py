@@ -29,7 +29,6 @@ from typing import Any
 
 from sr_control.compiler import names
 from sr_control.compiler.clusters import deployment_cluster, provider_cluster, sidecar_cluster, upstream
-from sr_control.compiler.consistency import consistent
 from sr_control.compiler.convert import parse
 from sr_control.compiler.listeners import listener as listener_dict
 from sr_control.compiler.offer import ListenerOffer, listener_offer
@@ -59,6 +58,9 @@ class _ClusterUnit:
 
 class Recompiler:
     """Compiles configs one after another, reusing the units of the previous compile.
+
+    What it returns is not yet checked for consistency: ``compile()`` checks it, and so does
+    ``Snapshot.of`` before anything is served (one check per version, not two).
 
     Keeps only what the latest compile used, so memory follows the config's size. Not
     thread-safe: one caller compiles at a time (the control plane's reload holds a lock)."""
@@ -101,7 +103,7 @@ class Recompiler:
             by_type[LISTENER].append(listener)
         clusters = self._all_clusters(config)
         by_type[CLUSTER] = [u.resource for u in clusters.values()] + [self._sidecar()]
-        resources = consistent(Resources(by_type))
+        resources = Resources(by_type)
         # Kept only once the whole compile succeeded: a failed one leaves the last good units.
         self._listeners, self._clusters, self._models = units, clusters, models
         return resources
@@ -110,15 +112,14 @@ class Recompiler:
         self, config: config_model.RouterConfig, l: config_model.Listener, models: ModelCatalog, definitions: _Definitions, data: SidecarData
     ) -> _ListenerUnit:
         old = self._listeners.get(l.name)
-        if old is not None and (old.listener is l or old.listener == l) and old.models is models:
-            offer = old.offer
-            named = definitions.of(offer)
-            if named == old.named:
-                self.reused += 1
-                return _ListenerUnit(l, models, offer, named, old.resources)
-        else:
-            offer = listener_offer(config, l, models)
-            named = definitions.of(offer)
+        same = old is not None and (old.listener is l or old.listener == l)
+        # What the listener offers changes with the listener, or with the models the file
+        # defines (an API that lists none serves every model of its kind).
+        offer = old.offer if same and old.models is models else listener_offer(config, l, models)  # type: ignore[union-attr]
+        named = definitions.of(offer)
+        if same and (offer is old.offer or offer == old.offer) and named == old.named:  # type: ignore[union-attr]
+            self.reused += 1
+            return _ListenerUnit(l, models, offer, named, old.resources)  # type: ignore[union-attr]
         self.built += 1
         return _ListenerUnit(l, models, offer, named, _listener_resources(config, offer, data))
 

@@ -11,9 +11,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 import ipaddress
+from typing import Any
 
 from sr_control.apis import REGISTRY, UnknownApiError
-from sr_control.config.catalog import api_kind, catalog
+from sr_control.config.catalog import ModelCatalog, api_kind, catalog
 from sr_control.config.errors import Loc
 from sr_control.config.model import RouterConfig
 from sr_control.systemone import schemas
@@ -151,7 +152,37 @@ def check_listeners(ctx: Context) -> Iterator[Finding]:
                 yield loc + ("port",), f"port {listener.port} on {listener.address} is already taken by listeners[{j}]"
         bound.setdefault(listener.port, []).append((listener.address, i))
         if listener.apis is not None:
-            yield from _check_apis(ctx, loc + ("apis",), listener.apis, models)
+            for where, message in _APIS.findings(ctx, listener.apis, models):
+                yield loc + ("apis",) + where, message
+    _APIS.keep_latest()
+
+
+class _ApisFindings:
+    """Each listener's ``apis`` findings, kept from one check of a file to the next.
+
+    They depend on the ``apis`` map itself, the models the file defines and the entries that
+    did not parse, nothing else; the loader hands back the same map object for a listener an
+    edit left alone, so on a file of thousands of listeners only the edited ones are looked at
+    again. Only the latest check's findings are kept."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[Any, ModelCatalog, frozenset[str], tuple[Finding, ...]]] = {}
+        self._latest: dict[int, tuple[Any, ModelCatalog, frozenset[str], tuple[Finding, ...]]] = {}
+
+    def findings(self, ctx: Context, apis: dict, models: ModelCatalog) -> tuple[Finding, ...]:  # type: ignore[type-arg]
+        kept = self._kept.get(id(apis))
+        if kept is not None and kept[0] is apis and kept[1] == models and kept[2] == ctx.ignored:
+            found = kept[3]
+        else:
+            found = tuple(_check_apis(ctx, (), apis, models))
+        self._latest[id(apis)] = (apis, models, ctx.ignored, found)
+        return found
+
+    def keep_latest(self) -> None:
+        self._kept, self._latest = self._latest, {}
+
+
+_APIS = _ApisFindings()
 
 
 def _overlap(a: str, b: str) -> bool:

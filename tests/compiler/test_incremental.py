@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from sr_control.compiler import CompileError, Resources, compile
+from sr_control.compiler import CompileError, Resources, compile, consistent
 from sr_control.compiler.incremental import Recompiler
 from sr_control.compiler.protos import LISTENER
 from sr_control.config.load import load_text, validate_text
@@ -23,7 +23,7 @@ def served(resources: Resources) -> dict[str, list[tuple[str, str, bytes]]]:
 
 def compiled(recompile: Recompiler | None, config) -> Resources | str:  # type: ignore[no-untyped-def]
     try:
-        return recompile.compile(config) if recompile is not None else compile(config)
+        return consistent(recompile.compile(config)) if recompile is not None else compile(config)
     except CompileError as exc:
         return f"{type(exc).__name__}: {exc}"
 
