@@ -38,7 +38,7 @@ def consistency_problems(resources: Resources) -> list[str]:
     routes = set(resources.named(ROUTE))
     sidecars = resources.named(SIDECAR)
     for listener in resources[LISTENER]:
-        refs = _REFERENCES.of(listener, _listener_references)
+        refs = _LISTENER_REFERENCES.of(listener)
         if refs.routes <= routes and refs.clusters <= clusters:
             continue
         for kind, wanted in refs.each:
@@ -47,7 +47,7 @@ def consistency_problems(resources: Resources) -> list[str]:
             elif kind == "cluster" and wanted not in clusters:
                 problems.append(f"{listener.name}: ext_proc calls cluster {wanted!r}, which is not compiled")
     for route_config in resources[ROUTE]:
-        refs = _REFERENCES.of(route_config, _route_references)
+        refs = _ROUTE_REFERENCES.of(route_config)
         sidecar = sidecars.get(names.sidecar(route_config.name.removeprefix("route/")))
         if refs.clusters <= clusters and (not refs.versions or (sidecar is not None and refs.versions == {sidecar.version})):
             continue
@@ -103,23 +103,24 @@ def _of_kind(refs: list[tuple[str, str]], kind: str) -> frozenset[str]:
 
 
 class _References:
-    """What each resource refers to, read once per distinct resource: unpacking every
+    """What each resource of one type refers to, read once per distinct resource: unpacking every
     listener's filters and every route's per-filter config is most of the check's cost, and a
     recompile after an edit serves almost every resource again unchanged. Keyed by the packed
     bytes themselves (their hash is computed once per bytes object), so the answer is exact;
     bounded, oldest first out (a resource still served is then read once more)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, read: Callable[[Message], _Refs], limit: int) -> None:
+        self.read = read
         self.limit = limit
-        self._entries: dict[tuple[str, bytes], Any] = {}
+        self._entries: dict[bytes, _Refs] = {}
         self._lock = threading.Lock()  # the control plane and a CLI compile may share a process
 
-    def of(self, resource: Resource, read: Callable[[Message], Any]) -> Any:
-        key = (resource.packed.type_url, resource.packed.value)
+    def of(self, resource: Resource) -> _Refs:
+        key = resource.packed.value
         refs = self._entries.get(key)  # a dict read is atomic; writes take the lock
         if refs is not None:
             return refs
-        refs = read(resource.message)
+        refs = self.read(resource.message)
         with self._lock:
             self._entries[key] = refs
             if len(self._entries) > self.limit:
@@ -128,8 +129,9 @@ class _References:
         return refs
 
 
-# Two compiles' worth of listeners and routes of a 10,000-listener config.
-_REFERENCES = _References(40_000)
+# Each: two compiles' worth of a 10,000-listener config.
+_LISTENER_REFERENCES = _References(_listener_references, 20_000)
+_ROUTE_REFERENCES = _References(_route_references, 20_000)
 
 
 def consistent(resources: Resources) -> Resources:

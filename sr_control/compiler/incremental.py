@@ -10,7 +10,8 @@ every model the file defines) and on the definitions of the models it offers: a 
 members' deployments, the deployments of a model name, a provider model and its position. A
 cluster depends on its deployment or provider model and the settings. Each unit is kept with
 those inputs and reused, as the same Resource objects (bytes packed and digested once), while
-they compare equal; anything else is built again. A fresh Recompiler is the whole compile
+they compare equal; anything else is built again. The definitions are compared once per model
+name, not once per listener: an edit of a deployment rebuilds the listeners that serve it. A fresh Recompiler is the whole compile
 (``compile()``), the reference: ``tests/compiler/test_incremental.py`` holds every
 recompile after generated edits equal to it.
 
@@ -46,7 +47,7 @@ class _ListenerUnit:
     listener: config_model.Listener
     models: ModelCatalog  # what "every model of the API" meant when the offer was made
     offer: ListenerOffer
-    named: tuple[Any, ...]  # the definitions of the models offered, as _definitions gives them
+    served: frozenset[str]  # the models its APIs serve, whose definitions it was built with
     resources: tuple[Resource, Resource, Resource]  # sidecar data, routes, listener
 
 
@@ -71,6 +72,8 @@ class Recompiler:
         self._clusters: dict[str, _ClusterUnit] = {}
         self._sidecar_cluster: Resource | None = None
         self._models: ModelCatalog | None = None
+        # The definition of every model some listener serves, as the latest compile saw it.
+        self._definitions: dict[str, tuple[Any, ...]] = {}
         self.reused = 0  # listeners and clusters the latest compile took from the one before
         self.built = 0
 
@@ -92,10 +95,12 @@ class Recompiler:
         if models == self._models:
             models = self._models  # the same object: each listener then checks it by identity
         definitions = _Definitions(config)
+        # Models whose definition changed: the listeners serving one of them are built again.
+        changed = frozenset(m for m, d in self._definitions.items() if definitions.of(m) != d)
         data = SidecarData(config)
         units: dict[str, _ListenerUnit] = {}
         for l in config.listeners:
-            unit = self._listener(config, l, models, definitions, data)
+            unit = self._listener(config, l, models, changed, data)
             units[l.name] = unit
             sidecar, routes, listener = unit.resources
             by_type[SIDECAR].append(sidecar)
@@ -104,24 +109,26 @@ class Recompiler:
         clusters = self._all_clusters(config)
         by_type[CLUSTER] = [u.resource for u in clusters.values()] + [self._sidecar()]
         resources = Resources(by_type)
+        served = {m for s in {u.served for u in units.values()} for m in s}
         # Kept only once the whole compile succeeded: a failed one leaves the last good units.
         self._listeners, self._clusters, self._models = units, clusters, models
+        self._definitions = {m: definitions.of(m) for m in served}
         return resources
 
     def _listener(
-        self, config: config_model.RouterConfig, l: config_model.Listener, models: ModelCatalog, definitions: _Definitions, data: SidecarData
+        self, config: config_model.RouterConfig, l: config_model.Listener, models: ModelCatalog, changed: frozenset[str], data: SidecarData
     ) -> _ListenerUnit:
         old = self._listeners.get(l.name)
         same = old is not None and (old.listener is l or old.listener == l)
         # What the listener offers changes with the listener, or with the models the file
         # defines (an API that lists none serves every model of its kind).
         offer = old.offer if same and old.models is models else listener_offer(config, l, models)  # type: ignore[union-attr]
-        named = definitions.of(offer)
-        if same and (offer is old.offer or offer == old.offer) and named == old.named:  # type: ignore[union-attr]
+        if same and (offer is old.offer or offer == old.offer) and changed.isdisjoint(old.served):  # type: ignore[union-attr]
             self.reused += 1
-            return _ListenerUnit(l, models, offer, named, old.resources)  # type: ignore[union-attr]
+            return old if old.listener is l and old.models is models else _ListenerUnit(l, models, offer, old.served, old.resources)  # type: ignore[union-attr,return-value]
         self.built += 1
-        return _ListenerUnit(l, models, offer, named, _listener_resources(config, offer, data))
+        served = frozenset(m for o in offer.offers for m in o.models)
+        return _ListenerUnit(l, models, offer, served, _listener_resources(config, offer, data))
 
     def _all_clusters(self, config: config_model.RouterConfig) -> dict[str, _ClusterUnit]:
         units: dict[str, _ClusterUnit] = {}
@@ -175,10 +182,7 @@ class _Definitions:
         self._providers = {m.name: (i, m) for i, m in enumerate(config.providers.models)}
         self._memo: dict[str, tuple[Any, ...]] = {}
 
-    def of(self, offer: ListenerOffer) -> tuple[Any, ...]:
-        return tuple(self._model(m) for o in offer.offers for m in o.models)
-
-    def _model(self, name: str) -> tuple[Any, ...]:
+    def of(self, name: str) -> tuple[Any, ...]:
         found = self._memo.get(name)
         if found is None:
             pool = self._config.pools.get(name)

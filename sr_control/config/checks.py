@@ -136,7 +136,7 @@ def check_model_names(ctx: Context) -> Iterator[Finding]:
 
 def check_listeners(ctx: Context) -> Iterator[Finding]:
     config = ctx.config
-    models = catalog(config)
+    models = _APIS.same_models(catalog(config))
     # A provider model whose api_format is unknown is reported once, where it is defined.
     unkinded = {m.name for m in config.providers.models if api_kind(m.api_format) is None}
     ctx = Context(config, ctx.ignored | unkinded, ctx.listener_index, ctx.provider_index)
@@ -168,10 +168,17 @@ class _ApisFindings:
     def __init__(self) -> None:
         self._kept: dict[int, tuple[Any, ModelCatalog, frozenset[str], tuple[Finding, ...]]] = {}
         self._latest: dict[int, tuple[Any, ModelCatalog, frozenset[str], tuple[Finding, ...]]] = {}
+        self._models: ModelCatalog | None = None
+
+    def same_models(self, models: ModelCatalog) -> ModelCatalog:
+        """``models``, or the equal catalog of the last check: then compared by identity."""
+        if models != self._models:
+            self._models = models
+        return self._models
 
     def findings(self, ctx: Context, apis: dict, models: ModelCatalog) -> tuple[Finding, ...]:  # type: ignore[type-arg]
         kept = self._kept.get(id(apis))
-        if kept is not None and kept[0] is apis and kept[1] == models and kept[2] == ctx.ignored:
+        if kept is not None and kept[0] is apis and kept[1] is models and kept[2] == ctx.ignored:
             found = kept[3]
         else:
             found = tuple(_check_apis(ctx, (), apis, models))

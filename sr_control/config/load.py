@@ -256,10 +256,24 @@ class _Entries:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._entries: OrderedDict[tuple[type[BaseModel], str], Any] = OrderedDict()
+        # The key of each value object seen lately: a Rereader hands back the very objects of
+        # the entries an edit left alone, whose repr need not be taken again. The value is
+        # held, so its id cannot be reused while it is here.
+        self._keys: dict[int, tuple[Any, str]] = {}
         self._lock = threading.Lock()  # the control plane validates on its watch thread
 
+    def _key(self, value: Any) -> str:
+        seen = self._keys.get(id(value))
+        if seen is not None and seen[0] is value:
+            return seen[1]
+        key = repr(value)
+        if len(self._keys) >= self.limit:
+            self._keys = {}
+        self._keys[id(value)] = (value, key)
+        return key
+
     def validated(self, model: type[BaseModel], value: Any) -> tuple[BaseModel | None, tuple[tuple[Loc, str, bool], ...]]:
-        key = (model, repr(value))
+        key = (model, self._key(value))
         with self._lock:
             found = self._entries.get(key)
             if found is not None:
