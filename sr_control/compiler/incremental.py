@@ -10,10 +10,11 @@ every model the file defines) and on the definitions of the models it offers: a 
 members' deployments, the deployments of a model name, a provider model and its position. A
 cluster depends on its deployment or provider model and the settings. Each unit is kept with
 those inputs and reused, as the same Resource objects (bytes packed and digested once), while
-they compare equal; anything else is built again. The definitions are compared once per model
-name, not once per listener: an edit of a deployment rebuilds the listeners that serve it. A fresh Recompiler is the whole compile
-(``compile()``), the reference: ``tests/compiler/test_incremental.py`` holds every
-recompile after generated edits equal to it.
+they compare equal; anything else is built again. Definitions are compared once per model name,
+not once per listener: an edit of a deployment rebuilds its cluster and the listeners serving
+a model that reaches it. A fresh Recompiler is the whole compile (``compile()``), the
+reference: ``tests/compiler/test_incremental.py`` holds every recompile after generated edits
+equal to it.
 
 Inputs compare by identity first, then by value: the config loader hands back the same model
 objects for entries an edit left alone (``config/load.py``), so an unchanged listener costs a
@@ -23,7 +24,7 @@ few lookups.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -148,7 +149,7 @@ class Recompiler:
             self._sidecar_cluster = Resource.of(built["name"], parse(built, Cluster, built["name"]))
         return self._sidecar_cluster
 
-    def _cluster(self, name: str, source: tuple[Any, Any], build: Any) -> _ClusterUnit:
+    def _cluster(self, name: str, source: tuple[Any, Any], build: Callable[[], dict[str, Any]]) -> _ClusterUnit:
         old = self._clusters.get(name)
         if old is not None and old.source == source:
             self.reused += 1
