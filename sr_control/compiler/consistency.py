@@ -7,16 +7,20 @@ go-control-plane's ``Snapshot.Consistent``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, cast
 
 from envoy.config.route.v3 import route_components_pb2
+from google.protobuf.message import Message
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from sr_control.compiler import names
 from sr_control.compiler.errors import CompileError
 from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, SIDECAR, Listener, RouteConfiguration
-from sr_control.compiler.resources import Resources
+from sr_control.compiler.resources import Resource, Resources
 
 
 class Inconsistent(CompileError):
@@ -30,35 +34,105 @@ class Inconsistent(CompileError):
 def consistency_problems(resources: Resources) -> list[str]:
     """Every dangling reference: a listener's routes, a route's cluster, a route's sidecar data."""
     problems: list[str] = []
-    clusters = resources.named(CLUSTER)
-    routes = resources.named(ROUTE)
+    clusters = set(resources.named(CLUSTER))
+    routes = set(resources.named(ROUTE))
     sidecars = resources.named(SIDECAR)
     for listener in resources[LISTENER]:
-        for hcm in _connection_managers(listener.message):
-            wanted = hcm.rds.route_config_name if hcm.HasField("rds") else ""
-            if wanted and wanted not in routes:
+        refs = _LISTENER_REFERENCES.of(listener)
+        if refs.routes <= routes and refs.clusters <= clusters:
+            continue
+        for kind, wanted in refs.each:
+            if kind == "routes" and wanted not in routes:
                 problems.append(f"{listener.name} names routes {wanted!r}, which are not compiled")
-            for http_filter in hcm.http_filters:
-                if http_filter.typed_config.Is(ext_proc_pb2.ExternalProcessor.DESCRIPTOR):
-                    proc = ext_proc_pb2.ExternalProcessor()
-                    http_filter.typed_config.Unpack(proc)
-                    cluster = proc.grpc_service.envoy_grpc.cluster_name
-                    if cluster not in clusters:
-                        problems.append(f"{listener.name}: ext_proc calls cluster {cluster!r}, which is not compiled")
+            elif kind == "cluster" and wanted not in clusters:
+                problems.append(f"{listener.name}: ext_proc calls cluster {wanted!r}, which is not compiled")
     for route_config in resources[ROUTE]:
-        message: RouteConfiguration = route_config.message
-        for vhost in message.virtual_hosts:
-            for route in vhost.routes:
-                cluster = route.route.cluster
-                if cluster and cluster not in clusters:
-                    problems.append(f"{route_config.name} route {route.name!r} goes to cluster {cluster!r}, which is not compiled")
-                version = _sidecar_version(route)
-                if version is not None:
-                    sidecar = sidecars.get(names.sidecar(route_config.name.removeprefix("route/")))
-                    if sidecar is None or sidecar.version != version:
-                        have = sidecar.version if sidecar else "none"
-                        problems.append(f"{route_config.name} route {route.name!r} names sidecar data version {version}, compiled: {have}")
+        refs = _ROUTE_REFERENCES.of(route_config)
+        sidecar = sidecars.get(names.sidecar(route_config.name.removeprefix("route/")))
+        if refs.clusters <= clusters and (not refs.versions or (sidecar is not None and refs.versions == {sidecar.version})):
+            continue
+        for route, kind, wanted in refs.each:
+            if kind == "cluster" and wanted not in clusters:
+                problems.append(f"{route_config.name} route {route!r} goes to cluster {wanted!r}, which is not compiled")
+            elif kind == "sidecar" and (sidecar is None or sidecar.version != wanted):
+                have = sidecar.version if sidecar else "none"
+                problems.append(f"{route_config.name} route {route!r} names sidecar data version {wanted}, compiled: {have}")
     return problems
+
+
+@dataclass(frozen=True, slots=True)
+class _Refs:
+    """What one resource refers to: each reference in order (for the messages), and as sets
+    (to tell at once that all of them are there, the usual case)."""
+
+    each: tuple[tuple[str, ...], ...]
+    routes: frozenset[str] = frozenset()
+    clusters: frozenset[str] = frozenset()
+    versions: frozenset[str] = frozenset()
+
+
+def _listener_references(message: Message) -> _Refs:
+    refs = []
+    for hcm in _connection_managers(cast(Listener, message)):
+        wanted = hcm.rds.route_config_name if hcm.HasField("rds") else ""
+        if wanted:
+            refs.append(("routes", wanted))
+        for http_filter in hcm.http_filters:
+            if http_filter.typed_config.Is(ext_proc_pb2.ExternalProcessor.DESCRIPTOR):
+                proc = ext_proc_pb2.ExternalProcessor()
+                http_filter.typed_config.Unpack(proc)
+                refs.append(("cluster", proc.grpc_service.envoy_grpc.cluster_name))
+    return _Refs(tuple(refs), routes=_of_kind(refs, "routes"), clusters=_of_kind(refs, "cluster"))
+
+
+def _route_references(message: Message) -> _Refs:
+    route_config = cast(RouteConfiguration, message)
+    refs: list[tuple[str, str, str]] = []
+    for vhost in route_config.virtual_hosts:
+        for route in vhost.routes:
+            if route.route.cluster:
+                refs.append((route.name, "cluster", route.route.cluster))
+            version = _sidecar_version(route)
+            if version is not None:
+                refs.append((route.name, "sidecar", version))
+    kinds = [(kind, wanted) for _, kind, wanted in refs]
+    return _Refs(tuple(refs), clusters=_of_kind(kinds, "cluster"), versions=_of_kind(kinds, "sidecar"))
+
+
+def _of_kind(refs: list[tuple[str, str]], kind: str) -> frozenset[str]:
+    return frozenset(wanted for k, wanted in refs if k == kind)
+
+
+class _References:
+    """What each resource of one type refers to, read once per distinct resource: unpacking every
+    listener's filters and every route's per-filter config is most of the check's cost, and a
+    recompile after an edit serves almost every resource again unchanged. Keyed by the packed
+    bytes themselves (their hash is computed once per bytes object), so the answer is exact;
+    bounded, oldest first out (a resource still served is then read once more)."""
+
+    def __init__(self, read: Callable[[Message], _Refs], limit: int) -> None:
+        self.read = read
+        self.limit = limit
+        self._entries: dict[bytes, _Refs] = {}
+        self._lock = threading.Lock()  # the control plane and a CLI compile may share a process
+
+    def of(self, resource: Resource) -> _Refs:
+        key = resource.packed.value
+        refs = self._entries.get(key)  # a dict read is atomic; writes take the lock
+        if refs is not None:
+            return refs
+        refs = self.read(resource.message)
+        with self._lock:
+            self._entries[key] = refs
+            if len(self._entries) > self.limit:
+                # Keep the newer half: amortized, unlike taking the oldest out one by one.
+                self._entries = dict(list(self._entries.items())[self.limit // 2 :])
+        return refs
+
+
+# Each: two compiles' worth of a 10,000-listener config.
+_LISTENER_REFERENCES = _References(_listener_references, 20_000)
+_ROUTE_REFERENCES = _References(_route_references, 20_000)
 
 
 def consistent(resources: Resources) -> Resources:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from sr_control.apis import REGISTRY, Api
 from sr_control.compiler.limits import DEFAULT_DEADLINE_MS
-from sr_control.config.catalog import catalog
+from sr_control.config.catalog import ModelCatalog, catalog
 from sr_control.config.explain import offered_apis
 from sr_control.config.model import Listener, RouterConfig
 
@@ -44,8 +44,9 @@ class ListenerOffer:
         return tuple(api for api in REGISTRY if api.name not in self.api_names)
 
 
-def listener_offer(config: RouterConfig, listener: Listener) -> ListenerOffer:
-    models = catalog(config)
+def listener_offer(config: RouterConfig, listener: Listener, models: ModelCatalog | None = None) -> ListenerOffer:
+    """``models``: ``catalog(config)``, when the caller has it (it costs a pass over the config)."""
+    models = models if models is not None else catalog(config)
     offers = []
     for name, settings in offered_apis(listener):
         api = REGISTRY.get(name)

@@ -18,7 +18,7 @@ from sr_control.config.model import RouterConfig
 
 
 class SidecarData:
-    """Per-compile: every deployment's and provider model's entry, built once, shared by listeners.
+    """Per-compile: each deployment's and provider model's entry, built once, shared by listeners.
 
     Entries are kept as ready protobuf values: every listener that reaches a deployment carries
     the same entry, and converting it once instead of once per listener is a third of the
@@ -29,19 +29,34 @@ class SidecarData:
         self._deployments: dict[str, Any] = {}
         self._providers: dict[str, Any] = {}
         self._deployments_of: dict[str, list[str]] = {}
+        self._provider_index = {model.name: i for i, model in enumerate(config.providers.models)}
         self._values: dict[tuple[Any, ...], Any] = {}
         for name, dep in config.deployments.items():
             self._deployments_of.setdefault(dep.model, []).append(name)
+
+    # Entries are built when a listener first reaches them: a recompile after an edit builds
+    # the payloads of the edited listeners only, and so only the entries those reach.
+    def _deployment(self, name: str) -> Any:
+        entry = self._deployments.get(name)
+        if entry is None:
+            dep = self.config.deployments[name]
             assert dep.endpoint is not None  # a Service-backed deployment's is derived from the Service
-            self._deployments[name] = struct_value(dep.model_dump(mode="json", by_alias=True, exclude_none=True) | {
+            entry = self._deployments[name] = struct_value(dep.model_dump(mode="json", by_alias=True, exclude_none=True) | {
                 "cluster": names.deployment_cluster(name),
                 "path": upstream([dep.endpoint], f"deployments.{name}.endpoint").base_path or "/",
             })
-        for index, model in enumerate(config.providers.models):
-            self._providers[model.name] = struct_value(model.model_dump(mode="json", by_alias=True, exclude_none=True) | {
+        return entry
+
+    def _provider(self, name: str) -> Any:
+        entry = self._providers.get(name)
+        if entry is None:
+            index = self._provider_index[name]
+            model = self.config.providers.models[index]
+            entry = self._providers[name] = struct_value(model.model_dump(mode="json", by_alias=True, exclude_none=True) | {
                 "cluster": names.provider_cluster(model.name),
                 "path": upstream(model.endpoints, f"providers.models[{index}].endpoints").base_path or "/",
             })
+        return entry
 
     def payload(self, offer: ListenerOffer) -> dict[str, Any]:
         apis: list[Any] = []
@@ -58,7 +73,7 @@ class SidecarData:
                 elif model in self._deployments_of:
                     models[model] = self._shared(("deployments", model), {"deployments": self._deployments_of[model]})
                     deployments += self._deployments_of[model]
-                elif model in self._providers:
+                elif model in self._provider_index:
                     models[model] = self._shared(("provider", model), {"provider": model})
                     providers.append(model)
         auth = offer.listener.auth
@@ -69,8 +84,8 @@ class SidecarData:
             **({"auth": auth.model_dump(exclude_none=True)} if auth is not None else {}),
             "apis": apis,
             "models": models,
-            "deployments": {name: self._deployments[name] for name in dict.fromkeys(deployments)},
-            "providers": {name: self._providers[name] for name in dict.fromkeys(providers)},
+            "deployments": {name: self._deployment(name) for name in dict.fromkeys(deployments)},
+            "providers": {name: self._provider(name) for name in dict.fromkeys(providers)},
         }
 
     def _api_entry(self, api: str, paths: tuple[str, ...], models: tuple[str, ...], schema: str | None, deadline_ms: int | None) -> Any:

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 import ipaddress
+from typing import Any
 
 from sr_control.apis import REGISTRY, UnknownApiError
 from sr_control.config.catalog import ModelCatalog, api_kind, catalog
@@ -135,7 +136,7 @@ def check_model_names(ctx: Context) -> Iterator[Finding]:
 
 def check_listeners(ctx: Context) -> Iterator[Finding]:
     config = ctx.config
-    models = catalog(config)
+    models = _APIS.same_models(catalog(config))
     # A provider model whose api_format is unknown is reported once, where it is defined.
     unkinded = {m.name for m in config.providers.models if api_kind(m.api_format) is None}
     ctx = Context(config, ctx.ignored | unkinded, ctx.listener_index, ctx.provider_index)
@@ -151,7 +152,44 @@ def check_listeners(ctx: Context) -> Iterator[Finding]:
                 yield loc + ("port",), f"port {listener.port} on {listener.address} is already taken by listeners[{j}]"
         bound.setdefault(listener.port, []).append((listener.address, i))
         if listener.apis is not None:
-            yield from _check_apis(ctx, loc + ("apis",), listener.apis, models)
+            for where, message in _APIS.findings(ctx, listener.apis, models):
+                yield loc + ("apis",) + where, message
+    _APIS.keep_latest()
+
+
+class _ApisFindings:
+    """Each listener's ``apis`` findings, kept from one check of a file to the next.
+
+    They depend on the ``apis`` map itself, the models the file defines and the entries that
+    did not parse, nothing else; the loader hands back the same map object for a listener an
+    edit left alone, so on a file of thousands of listeners only the edited ones are looked at
+    again. Only the latest check's findings are kept."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[Any, ModelCatalog, frozenset[str], tuple[Finding, ...]]] = {}
+        self._latest: dict[int, tuple[Any, ModelCatalog, frozenset[str], tuple[Finding, ...]]] = {}
+        self._models: ModelCatalog | None = None
+
+    def same_models(self, models: ModelCatalog) -> ModelCatalog:
+        """``models``, or the equal catalog of the last check: then compared by identity."""
+        if models != self._models:
+            self._models = models
+        return self._models
+
+    def findings(self, ctx: Context, apis: dict[str, Any], models: ModelCatalog) -> tuple[Finding, ...]:
+        kept = self._kept.get(id(apis))
+        if kept is not None and kept[0] is apis and kept[1] is models and kept[2] == ctx.ignored:
+            found = kept[3]
+        else:
+            found = tuple(_check_apis(ctx, (), apis, models))
+        self._latest[id(apis)] = (apis, models, ctx.ignored, found)
+        return found
+
+    def keep_latest(self) -> None:
+        self._kept, self._latest = self._latest, {}
+
+
+_APIS = _ApisFindings()
 
 
 def _overlap(a: str, b: str) -> bool:

@@ -12,6 +12,8 @@ on its own so that one broken entry does not hide the others.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from sr_control.config.model import (
     RouterConfig,
 )
 from sr_control.config.marked import Marked, YamlSyntaxError, from_round_trip, read
+from sr_control.config.reread import Rereader
 
 _SECTIONS = ("version", "providers", "deployments", "pools", "listeners")
 
@@ -82,12 +85,15 @@ def load_text(text: str, file: str = "<config>") -> RouterConfig:
     return report.config
 
 
-def validate_text(text: str, file: str) -> Report:
-    """The reading pipeline, one stage after the other; never raises for a bad file."""
+def validate_text(text: str, file: str, *, reader: Rereader | None = None) -> Report:
+    """The reading pipeline, one stage after the other; never raises for a bad file.
+
+    ``reader``: the file's Rereader, which parses only the entries an edit changed since the
+    text it read last (``xds serve`` keeps one per file); the report is the same either way."""
     report = Report(file)
     # 1. Source text -> marked document: plain data, and where each value was written.
     try:
-        marked = read(text, file)
+        marked = reader.read(text, file) if reader is not None else read(text, file)
     except YamlSyntaxError as exc:
         report.problems.append(exc.problem)
         return report
@@ -96,10 +102,12 @@ def validate_text(text: str, file: str) -> Report:
     if current is None:
         return report
     # 3. -> the validated model, every problem placed by the marks of the migrated document.
-    _validate(current.data, _Problems(report, current))
+    config = _validate(current.data, _Problems(report, current))
     _tidy(report)
     if report.valid:
-        report.config = RouterConfig.model_validate(current.data | {"version": CURRENT_VERSION})
+        # Every part was validated on its own above; the whole is those parts, the same model
+        # objects (validating the whole again would cost as much as the parts did).
+        report.config = config
     return report
 
 
@@ -142,7 +150,7 @@ def _current_format(marked: Marked, text: str, file: str, problem: _Problems) ->
     return from_round_trip(source.upgrade(source.parse(text, file), version))
 
 
-def _validate(data: dict[str, Any], problem: _Problems) -> None:
+def _validate(data: dict[str, Any], problem: _Problems) -> RouterConfig:
     """Each section, and each entry in it, on its own (one broken entry must not hide the
     others), then the rules that span the whole file."""
     for key in data:
@@ -168,6 +176,7 @@ def _validate(data: dict[str, Any], problem: _Problems) -> None:
     ctx = checks.Context(partial, frozenset(ignored), tuple(listener_index), tuple(provider_index))
     for loc, message in checks.run_checks(ctx):
         problem(loc, message)
+    return partial
 
 
 def _tidy(report: Report) -> None:
@@ -181,12 +190,6 @@ def _tidy(report: Report) -> None:
             seen.add((p.line, p.column, p.message))
             unique.append(p)
     report.problems = unique
-
-
-def _errors(exc: ValidationError, prefix: Loc, problem: Any) -> None:
-    for err in exc.errors(include_url=False):
-        loc, message, at_key = _describe(err)
-        problem(prefix + loc, message, at_key=at_key)
 
 
 def _describe(err: ErrorDetails) -> tuple[Loc, str, bool]:
@@ -220,17 +223,72 @@ def _validate_model(value: Any, loc: Loc, model: type[BaseModel], problem: Any) 
     """The entry. A broken entry is reported, then read again without its broken fields, so
     the whole-file rules still see the rest of it (a bad ``max_concurrency`` must not hide a bad
     ``schema``). Only an entry that cannot be read even so comes back as None."""
+    parsed, findings = _ENTRIES.validated(model, value)
+    for where, message, at_key in findings:
+        problem(loc + where, message, at_key=at_key)
+    return parsed
+
+
+def _validate_entry(model: type[BaseModel], value: Any) -> tuple[BaseModel | None, tuple[tuple[Loc, str, bool], ...]]:
+    """``_validate_model``'s answer, with each problem's place relative to the entry."""
     try:
-        return model.model_validate(value)
+        return model.model_validate(value), ()
     except ValidationError as exc:
-        _errors(exc, loc, problem)
+        findings = tuple(_describe(err) for err in exc.errors(include_url=False))
         broken = {err["loc"][0] for err in exc.errors() if err["loc"]}
     if not isinstance(value, dict) or not broken:
-        return None
+        return None, findings
     try:
-        return model.model_validate({k: v for k, v in value.items() if k not in broken})
+        return model.model_validate({k: v for k, v in value.items() if k not in broken}), findings
     except ValidationError:
-        return None
+        return None, findings
+
+
+class _Entries:
+    """Validated entries by model and content, least recently used first out.
+
+    ``xds serve`` validates the whole file on every edit, and an edit touches a few entries of
+    maybe thousands: the others come back from here, as the same model objects, which is also
+    how the compiler tells an unchanged listener at a glance (``compiler/incremental.py``). The
+    key is the entry's repr: plain YAML data, so equal reprs are equal data (``1``, ``1.0``,
+    ``True`` and ``'1'`` all differ), and the answer is what validating it again would give."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._entries: OrderedDict[tuple[type[BaseModel], str], Any] = OrderedDict()
+        # The key of each value object seen lately: a Rereader hands back the very objects of
+        # the entries an edit left alone, whose repr need not be taken again. The value is
+        # held, so its id cannot be reused while it is here.
+        self._keys: dict[int, tuple[Any, str]] = {}
+        self._lock = threading.Lock()  # the control plane validates on its watch thread
+
+    def _key(self, value: Any) -> str:
+        seen = self._keys.get(id(value))
+        if seen is not None and seen[0] is value:
+            return seen[1]
+        key = repr(value)
+        if len(self._keys) >= self.limit:
+            self._keys = {}
+        self._keys[id(value)] = (value, key)
+        return key
+
+    def validated(self, model: type[BaseModel], value: Any) -> tuple[BaseModel | None, tuple[tuple[Loc, str, bool], ...]]:
+        key = (model, self._key(value))
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                return found
+        found = _validate_entry(model, value)
+        with self._lock:
+            self._entries[key] = found
+            while len(self._entries) > self.limit:
+                self._entries.popitem(last=False)
+        return found
+
+
+# Two versions of a 10,000-entry config.
+_ENTRIES = _Entries(20_000)
 
 
 def _validate_map(value: Any, loc: Loc, model: type[BaseModel], problem: Any, ignored: set[str]) -> dict[str, Any]:
@@ -243,6 +301,9 @@ def _validate_map(value: Any, loc: Loc, model: type[BaseModel], problem: Any, ig
     for name, entry in value.items():
         if not isinstance(name, str) or not name:
             problem(loc + (name,), "names must be non-empty strings", at_key=True)
+            continue
+        if len(name) > 253:
+            problem(loc + (name,), f"names must be at most 253 characters (this one has {len(name)})", at_key=True)
             continue
         parsed = _validate_model(entry, loc + (name,), model, problem)
         if parsed is None:

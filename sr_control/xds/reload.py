@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sr_control import log
-from sr_control.compiler import CompileError, Settings, compile
+from sr_control.compiler import CompileError, Settings
+from sr_control.compiler.incremental import Recompiler
 from sr_control.compiler.protos import ENDPOINT, LISTENER, TYPE_NAMES
 from sr_control.config.errors import ConfigUnreadable, Problem
 from sr_control.config.load import read_text, validate_text
 from sr_control.config.model import RouterConfig
+from sr_control.config.reread import Rereader
 from sr_control.pools.discovery import Discovery, NoDiscovery
 from sr_control.xds.cache import ALL_NODES, SnapshotCache
 from sr_control.xds.endpoints import EndpointBuilder
@@ -79,6 +81,9 @@ class Reloader:
         self._text_digest: str | None = None
         self.discovery: Discovery = discovery if discovery is not None else NoDiscovery()
         self._config: RouterConfig | None = None  # the config served
+        # Builds again only what an edit touched, reusing the rest of the last compile.
+        self._recompiler = Recompiler(settings)
+        self._reader = Rereader()  # and parses only the entries it changed
         self._endpoints = EndpointBuilder(self.discovery, metrics)
         self.discovery.subscribe(self.endpoints_changed)
 
@@ -130,13 +135,13 @@ class Reloader:
         if digest == self._text_digest:
             return Outcome("unchanged", served)
         self._text_digest = digest
-        report = validate_text(text, str(self.path))
+        report = validate_text(text, str(self.path), reader=self._reader)
         for warning in (p for p in report.problems if p.severity == "warning"):
             _log.warning("config warning", **_problem(warning))
         if report.config is None:
             return self._reject("invalid", [_problem(p) for p in report.errors])
         try:
-            snapshot = Snapshot.of(compile(report.config, self.settings), (self.snapshot.generation if self.snapshot else 0) + 1)
+            snapshot = Snapshot.of(self._recompiler.compile(report.config), (self.snapshot.generation if self.snapshot else 0) + 1)
         except CompileError as exc:
             return self._reject("invalid", [{"file": str(self.path), "line": 0, "column": 0, "field": getattr(exc, "path", ""), "message": str(exc)}])
         if snapshot.version == served:

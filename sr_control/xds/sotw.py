@@ -10,8 +10,12 @@ Rules (Envoy's xDS protocol), on top of the order every stream keeps (``stream.p
   served, nothing is sent (a control-plane restart with an unchanged config sends nothing).
 - Listeners and clusters are wildcard: every resource. Other types (routes, sidecar data) are
   sent for the names requested, and again when the names change.
-- Every response carries the whole state of its type; a cluster kept until nothing names it
-  is resent with it.
+- A listener or cluster response carries the whole state of its type; a cluster kept until
+  nothing names it is resent with it. A response of a type asked for by name carries only the
+  resources the node does not hold yet (new, changed, or newly asked for): the protocol lets a
+  state-of-the-world server leave out the unchanged ones of such a type, and Envoy keeps what
+  a response leaves out. One route table changed among a thousand is one table sent, not a
+  thousand for Envoy to decode and compare.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from sr_control.xds.stream import Held, Stream, TypeState
 
 # Types whose empty resource list means "everything" (the legacy wildcard of the protocol).
 _LEGACY_WILDCARD = frozenset({LISTENER, CLUSTER})
+# Types whose every response is their whole state: a resource left out is removed.
+_WHOLE_STATE = frozenset({LISTENER, CLUSTER})
 
 
 class SotwStream(Stream):
@@ -55,6 +61,7 @@ class SotwStream(Stream):
         return self._advance()
 
     def _response(self, t: str, version: str, nonce: str, state: TypeState, want: Held, snapshot: Snapshot) -> discovery_pb2.DiscoveryResponse:
-        resources = [r for r in (self._resource(t, name, snapshot) for name in sorted(want)) if r is not None]
+        names = sorted(want) if t in _WHOLE_STATE else sorted(n for n in want if state.held.get(n) != want[n])
+        resources = [r for r in (self._resource(t, name, snapshot) for name in names) if r is not None]
         self._remember(t, resources)
         return discovery_pb2.DiscoveryResponse(version_info=version, type_url=t, nonce=nonce, resources=[r.packed for r in resources])

@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sr_control.compiler import Settings, bootstrap, build, compile, static_bootstrap
+from sr_control.compiler import Settings, bootstrap, build, compile, incremental, static_bootstrap
 from sr_control.compiler.convert import ProtoError, parse
 from sr_control.compiler.protos import Bootstrap, Cluster, Listener, RouteConfiguration
 from tests.compiler.golden_cases import CASES, golden_config
@@ -68,6 +68,7 @@ def _recorded_parses(monkeypatch: pytest.MonkeyPatch, case: str) -> list[tuple[A
         return real(data, message_type, what)
 
     monkeypatch.setattr(build, "parse", recording)
+    monkeypatch.setattr(incremental, "parse", recording)
     config = golden_config(case)
     compile(config, Settings())
     static_bootstrap(config, Settings())

@@ -5,11 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
-from sr_control.compiler import Settings
+from sr_control.compiler import Settings, compile
+from sr_control.config.load import validate_text
 from sr_control.xds.cache import SnapshotCache
 from sr_control.xds.metrics import Metrics
 from sr_control.xds.reload import Reloader
+from sr_control.xds.snapshot import Snapshot
+from tests.config.generated import edit_series
 from tests.xds.xds_support import NODE, config_text
 
 
@@ -78,3 +82,47 @@ def test_a_fixed_config_is_served_as_the_next_generation(setup) -> None:  # type
     assert reloader.status()["generation"] == 2
     assert reloader.status()["resources"]["listeners"] == 2
     assert metrics.registry.get_sample_value("vsr_config_version", {"version": fixed.version}) == 2
+
+
+# -- incremental reloads: the version served after each edit is the whole compile's
+
+
+def _expected(text: str, path: Path) -> tuple[str | None, list[tuple[int, int, str, str]]]:
+    """What a control plane started on ``text`` would say: the version, or the problems."""
+    report = validate_text(text, str(path))
+    if report.config is None:
+        return None, [(p.line, p.column, p.path, p.message) for p in report.errors]
+    return Snapshot.of(compile(report.config), 1).version, []
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(texts=edit_series())
+def test_every_edit_serves_what_a_whole_compile_would_and_a_bad_one_is_never_served(tmp_path: Path, texts: list[str]) -> None:
+    path = tmp_path / "config.yaml"
+    cache = SnapshotCache()
+    reloader = Reloader(path, Settings(), cache, Metrics())
+    served = None
+    for text in texts:
+        path.write_text(text)
+        outcome = reloader.reload()
+        version, problems = _expected(text, path)
+        if version is None:
+            assert outcome.result == "invalid" and outcome.version == served
+            assert [(p["line"], p["column"], p["field"], p["message"]) for p in outcome.problems] == problems
+        else:
+            served = version
+            assert outcome.version == version
+        assert (cache.snapshot(NODE).version if cache.snapshot(NODE) else None) == served  # type: ignore[union-attr]
+
+
+def test_a_dangling_pool_member_after_an_edit_is_reported_at_its_line_and_not_served(setup) -> None:  # type: ignore[no-untyped-def]
+    path, reloader, cache, metrics = setup
+    text = config_text({f"l{i}": 8800 + i for i in range(30)}) + "deployments:\n  d3: {provider: systemone, endpoint: 'http://127.0.0.1:9/v1/systemone', model: d3}\npools:\n  p: {members: [d3]}\n"
+    path.write_text(text)
+    good = reloader.reload()
+    path.write_text(text.replace("members: [d3]", "members: [d3, d4]"))
+    bad = reloader.reload()
+    assert bad.result == "invalid" and cache.snapshot(NODE).version == good.version  # type: ignore[union-attr]
+    (problem,) = bad.problems
+    assert (problem["line"], problem["column"], problem["field"]) == (39, 21, "pools.p.members[1]")
+    assert problem["message"] == "unknown deployment 'd4' (deployments: d3)"

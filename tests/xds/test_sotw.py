@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE
+from sr_control.compiler import compile
+from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, RouteConfiguration
+from sr_control.config.load import load_text
 from sr_control.xds.cache import ALL_NODES, SnapshotCache
 from sr_control.xds.hooks import Hooks, StreamInfo
 from sr_control.xds.sotw import SotwStream
-from tests.xds.xds_support import snapshot, sotw_request as req
+from sr_control.xds.snapshot import Snapshot
+from tests.xds.xds_support import config_text, snapshot, sotw_request as req
+
+
+def route_names(response) -> list[str]:  # type: ignore[no-untyped-def]
+    return [RouteConfiguration.FromString(r.value).name for r in response.resources]
 
 
 class Recorder:
@@ -109,7 +116,23 @@ def test_routes_are_sent_for_the_names_asked_and_again_when_the_names_change(str
     (first,) = stream.on_request(req(ROUTE, names=("route/a",)))
     assert [r.type_url for r in first.resources] == [ROUTE]
     (second,) = stream.on_request(req(ROUTE, first.version_info, first.nonce, names=("route/a", "route/b")))
-    assert len(second.resources) == 2
+    assert route_names(second) == ["route/b"]  # the node holds route/a already
+
+
+def test_a_route_change_sends_that_route_table_alone_and_listeners_whole(stream: SotwStream, cache: SnapshotCache) -> None:
+    names = ("route/a", "route/b")
+    answers = {}
+    for t in (LISTENER, ROUTE):
+        (first,) = stream.on_request(req(t, names=names if t == ROUTE else ()))
+        answers[t] = first
+        stream.on_request(req(t, first.version_info, first.nonce, names=names if t == ROUTE else ()))
+    text = config_text({"a": 8801, "b": 8802}).replace("port: 8802, apis: {chat_completions: {}}", "port: 8803, apis: {chat_completions: {}, responses: {}}")
+    cache.set_snapshot(ALL_NODES, Snapshot.of(compile(load_text(text)), 2))
+    (listeners,) = stream.on_push()
+    assert listeners.type_url == LISTENER and len(listeners.resources) == 2  # listeners: the whole state, always
+    (routes,) = stream.on_request(req(LISTENER, listeners.version_info, listeners.nonce))
+    assert route_names(routes) == ["route/b"]
+    assert routes.version_info == cache.snapshot(stream.info.node).type_version(ROUTE)  # type: ignore[union-attr]
 
 
 def test_before_any_snapshot_a_request_waits_for_the_first(recorder: Recorder, pushes: list[str]) -> None:

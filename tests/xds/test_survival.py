@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sr_control.compiler import Settings, build
+from sr_control.compiler import Settings, incremental
 from sr_control.xds import ControlPlane, watch
 from tests.xds.test_plane import get
 from tests.xds.xds_support import config_text, wait_for
@@ -37,14 +37,14 @@ def test_an_unexpected_error_is_reported_and_the_next_edit_is_still_served(
 ) -> None:
     cp, path = plane
     served = status(cp)["version"]
-    real_listener = build.listener
+    real_listener = incremental.listener_dict
 
     def listener(offer: Any, **kwargs: Any) -> Any:
         if offer.name == "boom":  # a bug in the compiler, as a template lookup or a conversion might have
             raise KeyError("no template 'listener/boom'")
         return real_listener(offer, **kwargs)
 
-    monkeypatch.setattr(build, "listener", listener)
+    monkeypatch.setattr(incremental, "listener_dict", listener)
     path.write_text(config_text({"public": 8801, "boom": 8802}))
     error = wait_for(lambda: status(cp)["last_error"], what="the error to show in /status")
     assert error["result"] == "error"
