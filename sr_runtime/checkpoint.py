@@ -39,6 +39,18 @@ ZERO_SHOT_CODES = tuple(chr(c) for c in range(ord("A"), ord("Z") + 1))
 
 
 @dataclass(frozen=True, slots=True)
+class MediaConfig:
+    """`media`: how frames reach the vision tower, and the card's limits on what a request sends."""
+
+    image_side: int  # longer side of an image as the tower reads it, in pixels
+    video_side: int  # the same for each sampled video frame
+    video_frames: int  # frames sampled evenly from every video
+    max_asset_bytes: int
+    max_side: int  # longest side, in pixels, of an image or video a request may send
+    max_video_frames: int  # frames a video may have
+
+
+@dataclass(frozen=True, slots=True)
 class DecisionConfig:
     """`decision_config.json`, checked. Field names are the file's."""
 
@@ -57,6 +69,7 @@ class DecisionConfig:
     validated_length: int | None = None
     temperature_by_questions: tuple[tuple[int, ...], tuple[float, ...]] | None = None
     prompt_layout: str = "d3"
+    media: MediaConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +155,13 @@ def _by_questions(value: Any) -> tuple[tuple[int, ...], tuple[float, ...]]:
     return tuple(bounds), tuple(_temperature("temperature_by_questions.temperature entry", t) for t in temps)
 
 
+def _media(value: Any) -> MediaConfig:
+    names = list(MediaConfig.__dataclass_fields__)
+    if not isinstance(value, dict) or set(value) != set(names):
+        raise _fail(f"invalid {DECISION_CONFIG} media (expected an object with exactly {', '.join(names)})")
+    return MediaConfig(**{name: _int(f"media.{name}")(value[name]) for name in names})
+
+
 # Every field this runtime reads, and its check. A field not listed here stops start-up.
 _REQUIRED: dict[str, Callable[[Any], Any]] = {
     "format_version": _one_of("format_version", FORMAT_VERSIONS),
@@ -161,6 +181,7 @@ _OPTIONAL: dict[str, Callable[[Any], Any]] = {
     "validated_length": _int("validated_length"),
     "temperature_by_questions": _by_questions,
     "prompt_layout": _one_of("prompt_layout", PROMPT_LAYOUTS),
+    "media": _media,
 }
 
 

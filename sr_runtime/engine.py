@@ -11,6 +11,7 @@ path every other one is tested against.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,15 +23,18 @@ from safetensors.torch import load_file
 
 from sr_runtime.backbone import Backbone, StateSnapshot
 from sr_runtime.checkpoint import READOUT, Checkpoint, DecisionConfig, read_checkpoint
-from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded
-from sr_runtime.prompt import LAYOUTS, PromptTokens, encode_prompts
+from sr_runtime.errors import CheckpointError, DecisionError, InvalidInput, InvalidQuestion, MaxLengthExceeded
+from sr_runtime.media import decode
+from sr_runtime.prompt import LAYOUTS, PromptTokens, encode_media_prompts
 from sr_runtime.readout import answer_from, code_probabilities, temperature_for
 from sr_runtime.state_cache import StateCache, state_key
+from sr_runtime.vision import VisionTower
 from sr_runtime.types import (
     Answer,
     ChoiceQuestion,
     DecisionRequest,
     Limits,
+    MediaCardLimits,
     ModelCard,
     NoulQuestion,
     Question,
@@ -83,6 +87,7 @@ class Engine:
         reference: bool = False,
         description: str | None = None,
         strengths: str | None = None,
+        vision: VisionTower | None = None,
     ) -> None:
         config = checkpoint.config
         assert readout.shape == (len(config.codes), backbone.hidden_size)
@@ -101,6 +106,7 @@ class Engine:
         self.reference = reference
         self._description = description
         self._strengths = strengths
+        self.vision = vision
 
     @classmethod
     def load(
@@ -119,7 +125,8 @@ class Engine:
             readout = backbone.lm_head_rows(checkpoint.config.token_ids)
         else:
             readout = _load_readout(path, len(checkpoint.config.codes), backbone.hidden_size)
-        return cls(name or path.name, checkpoint, backbone, readout.to(backbone.device, readout_dtype), **options)
+        vision = VisionTower.load(path, checkpoint.config.media, backbone.device)
+        return cls(name or path.name, checkpoint, backbone, readout.to(backbone.device, readout_dtype), vision=vision, **options)
 
     def card(self) -> ModelCard:
         config = self.config
@@ -129,13 +136,14 @@ class Engine:
             description=self._description
             or f"decision checkpoint on {config.base_model}: {config.attention_mode} attention, {reading}",
             question_types=("noul", "choice", "score"),
-            modalities=("text",),
+            modalities=("text", "image", "video") if self.vision is not None else ("text",),
             presets=(),
             limits=Limits(
                 max_options=len(config.codes),
                 min_levels=MIN_LEVELS,
                 max_levels=min(MAX_LEVELS, len(config.codes)),
                 max_input_tokens=self.max_length,
+                media=None if config.media is None else MediaCardLimits(config.media.max_asset_bytes, config.media.max_side, config.media.max_video_frames),
             ),
             attention_mode=config.attention_mode,
             strengths=self._strengths or "not measured by this runtime: see the checkpoint's own documentation",
@@ -165,10 +173,11 @@ class Engine:
                 slots[q] = QuestionError.of(exc)
         if not ready:
             return []
-        state_block = self.layout.state_block(request.state)
+        state_block = "".join(self.layout.state_parts(request.state, request.lead))
         blocks = [self.layout.question_block(request.questions[q], self.config.codes) for q in ready]
         try:
-            prompts = encode_prompts(self.checkpoint.tokenizer, state_block, blocks, request.state_tokens)
+            media = self._media(request, state_block)
+            prompts = encode_media_prompts(self.checkpoint.tokenizer, state_block, media, blocks, request.state_tokens)
         except DecisionError as exc:
             for q in ready:
                 slots[q] = QuestionError.of(exc)
@@ -180,8 +189,22 @@ class Engine:
                 beyond = self.max_length if limit < self.max_length else None
                 slots[q] = QuestionError.of(MaxLengthExceeded(len(prompt), limit, beyond))
             else:
-                rows.append(_Row(index, q, prompt, state_key(prompt.state)))
+                rows.append(_Row(index, q, prompt, state_key(prompt.state, [(m.start, m.digest) for m in prompt.media])))
         return rows
+
+    def _media(self, request: DecisionRequest, state_block: str) -> dict[str, tuple[torch.Tensor, str]]:
+        """The tower's rows and the digest of each asset the state block reads, once per request."""
+        used = [p for p in request.media if p in state_block]
+        if not used:
+            return {}
+        if self.vision is None:
+            raise InvalidInput("this model reads text only; the request carries media")
+        out = {}
+        for placeholder in used:
+            asset = request.media[placeholder]
+            pixels = decode(placeholder, asset, self.vision.limits)
+            out[placeholder] = (self.vision(pixels), hashlib.sha256(asset.data).hexdigest())
+        return out
 
     # -- rows to hidden states --------------------------------------------------------------
 
@@ -209,7 +232,7 @@ class Engine:
                 continue
             state = self.state_cache.get(row.key)
             if state is None:
-                state = self.backbone.prefill(row.prompt.state, self.config.attention_mode)
+                state = self.backbone.prefill(row.prompt.state, self.config.attention_mode, row.prompt.media)
                 self.state_cache.put(row.key, state)
             states[row.key] = state
         return states
@@ -218,14 +241,20 @@ class Engine:
         mode = self.config.attention_mode
         if self.reference:
             return torch.cat(
-                [self.backbone.prompt_rows([r.prompt.state + r.prompt.question], [len(r.prompt.state)], mode) for r in rows]
+                [
+                    self.backbone.prompt_rows([r.prompt.state + r.prompt.question], [len(r.prompt.state)], mode, [r.prompt.media])
+                    for r in rows
+                ]
             )
         if mode == "noncausal_full_attention":
             passes = self._passes(rows, lambda r: len(r.prompt))
             return torch.cat(
                 [
                     self.backbone.prompt_rows(
-                        [r.prompt.state + r.prompt.question for r in p], [len(r.prompt.state) for r in p], mode
+                        [r.prompt.state + r.prompt.question for r in p],
+                        [len(r.prompt.state) for r in p],
+                        mode,
+                        [r.prompt.media for r in p],
                     )
                     for p in passes
                 ]

@@ -18,9 +18,10 @@ class CheckpointError(Exception):
 
 
 class DecisionError(Exception):
-    """A question that cannot be answered."""
+    """A question that cannot be answered; `reason` is a fixed word where the code is too broad."""
 
     code = "invalid_input"
+    reason: str | None = None
 
 
 class InvalidQuestion(DecisionError):

@@ -12,8 +12,10 @@ belongs to the question. Layouts are specified for operators in docs/runtime/pro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tokenizers import Tokenizer
 
@@ -47,9 +49,17 @@ class Layout:
     name: str
 
     def state_block(self, state: Text) -> str:
+        return "".join(self.state_parts(state))
+
+    def state_parts(self, state: Text, lead: Sequence[str] = ()) -> list[str]:
+        """The state block as text pieces, the media read before the state (`lead`) between them.
+
+        Seed 001: a state block is the system turn, the media, `State:` and the state. Without
+        lead media the pieces join to exactly the text-only state block.
+        """
         if self.name == "header-v1":
-            return f"### System\n{SYSTEM}\n\n### State\n{render_text(state)}"
-        return f"{SYSTEM}\n\nState:\n{render_text(state)}"
+            return [f"### System\n{SYSTEM}\n\n", *lead, f"### State\n{render_text(state)}"]
+        return [f"{SYSTEM}\n\n", *lead, f"State:\n{render_text(state)}"]
 
     def question_block(self, question: Question, codes: Sequence[str]) -> str:
         options = _option_lines(question, codes)
@@ -65,12 +75,33 @@ class Layout:
 LAYOUTS = {name: Layout(name) for name in ("d3", "header-v1")}
 
 
+# The id a media position carries: the backbone replaces its embedding with the tower's, so the
+# id itself is never read.
+MEDIA_TOKEN = 0
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class MediaSpan:
+    """An asset in a prompt: where its tokens start, the tower's rows for them, and its digest."""
+
+    start: int
+    embeds: Any  # torch.Tensor [n, hidden]
+    digest: str  # of the asset's bytes: two states are one only if their media are
+
+    def __len__(self) -> int:
+        return int(self.embeds.shape[0])
+
+
 @dataclass(frozen=True, slots=True)
 class PromptTokens:
-    """One question's prompt as tokens: the state block (S tokens) then the question block."""
+    """One question's prompt as tokens: the state block (S tokens) then the question block.
+
+    `media` are the state's assets, each standing at its place: MEDIA_TOKEN ids in `state`.
+    """
 
     state: tuple[int, ...]
     question: tuple[int, ...]
+    media: tuple[MediaSpan, ...] = ()
 
     def __len__(self) -> int:
         return len(self.state) + len(self.question)
@@ -122,3 +153,49 @@ def encode_prompts(
         own = own if state_tokens is None else checked_state_tokens(state_tokens, own)
         out.append(PromptTokens(tuple(whole.ids[:own]), tuple(whole.ids[own:])))
     return out
+
+
+def split_placeholders(text: str, placeholders: Sequence[str]) -> list[str]:
+    """Text and placeholders in turn: [text, placeholder, text, ..., text] (texts may be empty)."""
+    if not placeholders:
+        return [text]
+    # Longest first, so a placeholder that contains another is matched whole.
+    pattern = "|".join(re.escape(p) for p in sorted(placeholders, key=len, reverse=True))
+    return re.split(f"({pattern})", text)
+
+
+def encode_media_prompts(
+    tokenizer: Tokenizer,
+    state_block: str,
+    media: Mapping[str, tuple[Any, str]],
+    question_blocks: Sequence[str],
+    state_tokens: object = None,
+) -> list[PromptTokens]:
+    """`encode_prompts` for a state block whose placeholders stand for media.
+
+    `media` maps each placeholder to the tower's rows for it and its digest. The text before
+    the last placeholder is tokenized piece by piece (an asset is a token boundary, as in every
+    VLM processor); the text after it is the state's end and meets the question block under the
+    state block size rule, exactly as in a text-only prompt.
+    """
+    pieces = split_placeholders(state_block, [p for p in media if p in state_block])
+    if len(pieces) == 1:
+        return encode_prompts(tokenizer, state_block, question_blocks, state_tokens)
+    if state_tokens is not None:
+        raise InvalidInput("a state size cannot be given for a state with media")
+    lead: list[int] = []
+    spans: list[MediaSpan] = []
+    for i, piece in enumerate(pieces[:-1]):
+        if i % 2:  # a placeholder
+            embeds, digest = media[piece]
+            spans.append(MediaSpan(len(lead), embeds, digest))
+            lead += [MEDIA_TOKEN] * int(embeds.shape[0])
+        elif piece:
+            lead += tokenizer.encode(piece, add_special_tokens=False).ids
+    tail = encode_prompts(tokenizer, pieces[-1], question_blocks) if pieces[-1] else _questions_alone(tokenizer, question_blocks)
+    return [PromptTokens((*lead, *p.state), p.question, tuple(spans)) for p in tail]
+
+
+def _questions_alone(tokenizer: Tokenizer, question_blocks: Sequence[str]) -> list[PromptTokens]:
+    """A state that ends with an asset: each question block starts its own tokens."""
+    return [PromptTokens((), tuple(e.ids)) for e in tokenizer.encode_batch(list(question_blocks), add_special_tokens=False)]

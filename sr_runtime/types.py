@@ -16,6 +16,7 @@ from sr_runtime.errors import DecisionError
 # Structured text: the standard lets a state, instructions and descriptions be objects or arrays.
 Text: TypeAlias = Union[str, dict, list]
 QuestionType = Literal["noul", "choice", "score"]
+MediaKind = Literal["image", "video"]
 
 
 def render_text(value: Text) -> str:
@@ -78,10 +79,20 @@ def coded_options(question: Question) -> tuple[Option, ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class Media:
+    """One asset as the request gave it: its kind, its bytes and the format it claims."""
+
+    kind: MediaKind
+    data: bytes
+    format: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DecisionRequest:
     """One state and its questions. `state_tokens` is a caller-given state block size (an int).
 
-    `roles` maps keys of an object state to `user`, `context` or `answer` (seed 002); each family
+    `media` are the request's assets by placeholder: each stands where its placeholder occurs in
+    the state, and those in `lead` stand before the state. `roles` maps keys of an object state to `user`, `context` or `answer` (seed 002); each family
     reads them its own way, and None means the whole state is the user's. `long_context` is the
     client's opt-in to prompts longer than the length the model was validated at.
     """
@@ -91,6 +102,8 @@ class DecisionRequest:
     state_tokens: int | None = None
     roles: Mapping[str, str] | None = None
     long_context: bool = False
+    media: Mapping[str, Media] = field(default_factory=dict)  # placeholder -> asset
+    lead: tuple[str, ...] = ()  # placeholders read before the state (seed 002's media rule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +138,11 @@ class QuestionError:
 
     code: str
     message: str
+    reason: str | None = None
 
     @classmethod
     def of(cls, error: DecisionError) -> QuestionError:
-        return cls(error.code, str(error))
+        return cls(error.code, str(error), error.reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,11 +154,21 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class MediaCardLimits:
+    """What a request's assets may be on a model that reads media."""
+
+    max_asset_bytes: int
+    max_side: int  # pixels, the longer side of an image or video
+    max_video_frames: int
+
+
+@dataclass(frozen=True, slots=True)
 class Limits:
     max_options: int
     min_levels: int
     max_levels: int
     max_input_tokens: int
+    media: MediaCardLimits | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,7 +76,7 @@ async def answer(request: HttpRequest) -> Response:
             check_parts(req.ir, body)
         model, scheduler = rt.ready()
         model.check(req.ir)
-        plan = to_engine(req.ir, model.card)
+        plan = to_engine(req.ir, model.card, body.parts)
         outcome = await _answered(scheduler, plan, req.ir.deadline_ms, arrived)
         meta = _meta(outcome) if (req.ir.options or {}).get("return_meta") is True else None
         reply = to_reply(plan, outcome.results if outcome else [], model.name, meta)

@@ -13,6 +13,8 @@ the `state_text` deviation sends); how a family reads roles is the engine's busi
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,12 +22,13 @@ from typing import Any
 from sr_control.systemone import Batch, ItemResult, Reply, Request
 from sr_control.systemone.generated.fields import PRESETS
 from sr_control.systemone.ir import MISSING, Question, items
-from sr_control.systemone.jsontext import JsonObject, Number, plain
+from sr_control.systemone.jsontext import JsonObject, Number, plain, strings
 from sr_runtime.types import (
     Answer,
     ChoiceAnswer,
     ChoiceQuestion,
     DecisionRequest,
+    Media,
     ModelCard,
     NoulAnswer,
     NoulQuestion,
@@ -82,13 +85,15 @@ class _Refused(Exception):
 # ---------------------------------------------------------------------------- IR -> engine
 
 
-def to_engine(ir: Request | Batch, card: ModelCard) -> EnginePlan:
+def to_engine(ir: Request | Batch, card: ModelCard, parts: Mapping[str, bytes] | None = None) -> EnginePlan:
+    """``parts`` are a multipart body's uploaded assets by part name."""
     budget = _int_option(ir.options, "max_tokens")
-    return EnginePlan({name: _item(r, card, ir.long_context or r.long_context, budget) for name, r in items(ir)})
+    return EnginePlan({name: _item(r, card, ir.long_context or r.long_context, budget, parts or {}) for name, r in items(ir)})
 
 
-def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None) -> ItemPlan:
-    media = _media_failure(r, card)
+def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None, parts: Mapping[str, bytes]) -> ItemPlan:
+    assets, media = _assets(r, parts)
+    media = media or _media_failure(r, card)
     ids: dict[str, str] = {}
     questions: list[EngineQuestion] = []
     failures: dict[str, Failure] = {}
@@ -99,6 +104,7 @@ def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None) -
             question = _engine_question(q, card)
             if media is not None:
                 raise _Refused(media)
+            _no_media_in(q, r.assets)
         except _Refused as refused:
             failures[q_id] = refused.failure
         else:
@@ -108,9 +114,39 @@ def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None) -
     if questions:
         state = plain(r.state)
         roles = r.roles.of(state) if r.roles.mode != "none" and isinstance(state, dict) else None
-        request = DecisionRequest(state, tuple(questions), roles=roles, long_context=long_context)
+        request = DecisionRequest(state, tuple(questions), roles=roles, long_context=long_context, media=assets, lead=r.media)
     full = frozenset(q_id for q_id, q in r.questions.items() if q.extensions.get("require_full_input") is True)
     return ItemPlan(ids, request, failures, full, budget)
+
+
+def _assets(r: Request, parts: Mapping[str, bytes]) -> tuple[dict[str, Media], Failure | None]:
+    """Each asset's bytes, inline (base64) or uploaded (a multipart part); a Failure if one is unusable."""
+    out: dict[str, Media] = {}
+    for placeholder, asset in r.assets.items():
+        members = asset.members
+        part = members.get("part")
+        if part is not None:  # the standard: with part set, data_base64 is ignored
+            if part not in parts:
+                return {}, Failure("invalid_input", "invalid_asset", f"asset {placeholder!r} names the multipart part {part!r}, and the body has none")
+            data = parts[part]
+        else:
+            try:
+                data = base64.b64decode(str(members.get("data_base64", "")), validate=True)
+            except binascii.Error:
+                return {}, Failure("invalid_input", "invalid_asset", f"asset {placeholder!r}: data_base64 is not base64")
+        fmt = members.get("format")
+        out[placeholder] = Media(asset.type, data, None if fmt is None else str(fmt))  # type: ignore[arg-type]
+    return out, None
+
+
+def _no_media_in(q: Question, assets: Mapping[str, Any]) -> None:
+    """Placeholders in instructions or criteria: no model here reads media inside a question."""
+    texts = [*strings(q.instructions), *strings(q.criteria)]
+    inside = sorted(p for p in assets if any(p in t for t in texts))
+    if inside:
+        raise _Refused(
+            Failure("invalid_question", "media_in_question", f"this model reads media in the state only, not {', '.join(inside)} in the question")
+        )
 
 
 def _media_failure(r: Request, card: ModelCard) -> Failure | None:
@@ -186,7 +222,7 @@ def _item_result(item: ItemPlan, result: Result | None, model: str, extras: Mapp
 
 def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, full_input: bool) -> JsonObject:
     if isinstance(answer, QuestionError):
-        answer = Failure(answer.code, REASONS.get(answer.code, answer.code), answer.message)
+        answer = Failure(answer.code, answer.reason or REASONS.get(answer.code, answer.code), answer.message)
     if isinstance(answer, Failure):
         message = f'question "{q_id}" cannot be answered: {answer.message}'
         return JsonObject([("type", kind), ("error", answer.code), ("reason", answer.reason), ("message", message)])
