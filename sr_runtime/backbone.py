@@ -58,10 +58,12 @@ class StateSnapshot:
 
     length: int
     layers: tuple[LayerState, ...]
+    hidden: torch.Tensor  # [S, hidden]: the last layer's output on the state (span heads read it)
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for layer in self.layers for t in layer.tensors)
+        tensors = [t for layer in self.layers for t in layer.tensors] + [self.hidden]
+        return sum(t.numel() * t.element_size() for t in tensors)
 
 
 class Backbone:
@@ -135,7 +137,7 @@ class Backbone:
         """Run a state block once and keep every layer's state at its end."""
         cache = DynamicCache(config=self.config)
         n = len(ids)
-        self.model.base_model(
+        out = self.model.base_model(
             **self._inputs([ids], n, [media]),
             attention_mask=self._masks(state_mask(mode, n)[None, None]),
             past_key_values=cache,
@@ -148,7 +150,7 @@ class Backbone:
                 layers.append(RecurrentState(layer.conv_states[0], layer.recurrent_states[0]))
             else:
                 layers.append(AttentionState(layer.keys, layer.values))
-        return StateSnapshot(n, tuple(layers))
+        return StateSnapshot(n, tuple(layers), out.last_hidden_state[0])
 
     def _rows_cache(self, states: Sequence[StateSnapshot], width: int) -> DynamicCache:
         """A cache holding one copy of each row's state; attention states right-padded to `width`."""

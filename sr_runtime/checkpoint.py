@@ -70,6 +70,7 @@ class DecisionConfig:
     temperature_by_questions: tuple[tuple[int, ...], tuple[float, ...]] | None = None
     prompt_layout: str = "d3"
     media: MediaConfig | None = None
+    heads: Any = None  # heads.HeadsConfig, read by `_heads`
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +163,36 @@ def _media(value: Any) -> MediaConfig:
     return MediaConfig(**{name: _int(f"media.{name}")(value[name]) for name in names})
 
 
+def _heads(value: Any) -> Any:
+    from sr_runtime.heads import HeadsConfig
+
+    shape = '{"set": true, "span": ["router", "broad"], "presets": {"pii": "span"}, "box": true, "track": false, "box_bins": 32, "threshold": 0.5}'
+    known = set(HeadsConfig.__dataclass_fields__)
+    if not isinstance(value, dict) or not set(value) <= known:
+        raise _fail(f"invalid {DECISION_CONFIG} heads (expected an object like {shape})")
+    for flag in ("set", "box", "track"):
+        if not isinstance(value.get(flag, False), bool):
+            raise _fail(f"invalid {DECISION_CONFIG} heads.{flag} {value[flag]!r} (must be true or false)")
+    span = value.get("span", [])
+    if not isinstance(span, list) or not set(span) <= {"router", "broad"} or len(set(span)) != len(span):
+        raise _fail(f"invalid {DECISION_CONFIG} heads.span {span!r} (a list of distinct span head names: router, broad)")
+    presets = value.get("presets", {})
+    if not isinstance(presets, dict) or not all(isinstance(k, str) and k and v == "span" for k, v in presets.items()):
+        raise _fail(f"invalid {DECISION_CONFIG} heads.presets {presets!r} (preset name -> \"span\", the type its head answers)")
+    threshold = value.get("threshold", 0.5)
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
+        raise _fail(f"invalid {DECISION_CONFIG} heads.threshold {threshold!r} (must be between 0 and 1)")
+    return HeadsConfig(
+        set=value.get("set", False),
+        span=tuple(span),
+        presets=dict(presets),
+        box=value.get("box", False),
+        track=value.get("track", False),
+        box_bins=_int("heads.box_bins")(value.get("box_bins", 32)),
+        threshold=float(threshold),
+    )
+
+
 # Every field this runtime reads, and its check. A field not listed here stops start-up.
 _REQUIRED: dict[str, Callable[[Any], Any]] = {
     "format_version": _one_of("format_version", FORMAT_VERSIONS),
@@ -182,6 +213,7 @@ _OPTIONAL: dict[str, Callable[[Any], Any]] = {
     "temperature_by_questions": _by_questions,
     "prompt_layout": _one_of("prompt_layout", PROMPT_LAYOUTS),
     "media": _media,
+    "heads": _heads,
 }
 
 

@@ -142,7 +142,13 @@ def serve(
 @checkpoint_app.command("create")
 def checkpoint_create(
     folder: Annotated[Path, typer.Argument(help="Where to write the checkpoint (created if missing).", show_default=False)],
-    preset: Annotated[str, typer.Option(help="hybrid-prefix-bidir, hybrid-causal, hybrid-noncausal, llama-causal or llama-prefix-bidir.", show_default=False)],
+    preset: Annotated[
+        str,
+        typer.Option(
+            help="hybrid-prefix-bidir, hybrid-causal, hybrid-noncausal, llama-causal, llama-prefix-bidir, hybrid-vision, hybrid-heads or hybrid-vision-heads.",
+            show_default=False,
+        ),
+    ],
     seed: Annotated[int, typer.Option(help="Seed for the random weights; the same seed writes the same bytes.")] = 0,
 ) -> None:
     """Write a tiny random decision checkpoint (for tests and benchmarks)."""

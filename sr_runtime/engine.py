@@ -24,13 +24,16 @@ from safetensors.torch import load_file
 from sr_runtime.backbone import Backbone, StateSnapshot
 from sr_runtime.checkpoint import READOUT, Checkpoint, DecisionConfig, read_checkpoint
 from sr_runtime.errors import CheckpointError, DecisionError, InvalidInput, InvalidQuestion, MaxLengthExceeded
+from sr_runtime.heads import Heads
 from sr_runtime.media import decode
 from sr_runtime.prompt import LAYOUTS, PromptTokens, encode_media_prompts
 from sr_runtime.readout import answer_from, code_probabilities, temperature_for
 from sr_runtime.state_cache import StateCache, state_key
-from sr_runtime.vision import VisionTower
+from sr_runtime.spans import decode_spans
 from sr_runtime.types import (
     Answer,
+    BoxAnswer,
+    BoxQuestion,
     ChoiceQuestion,
     DecisionRequest,
     Limits,
@@ -40,12 +43,22 @@ from sr_runtime.types import (
     Question,
     QuestionError,
     Result,
+    QuestionType,
     ScoreQuestion,
+    SetAnswer,
+    SetQuestion,
+    SpanAnswer,
+    SpanQuestion,
+    TrackAnswer,
+    TrackQuestion,
     Usage,
     coded_options,
+    render_text,
 )
+from sr_runtime.vision import VisionTower
 
 DEFAULT_TOKEN_BUDGET = 16_384
+DEFAULT_THRESHOLD = 0.5  # a set read label by label: a label is chosen when P(it applies) >= 1/2
 DEFAULT_STATE_CACHE_BYTES = 512 * 2**20
 MIN_OPTIONS, MIN_LEVELS, MAX_LEVELS = 2, 2, 10
 
@@ -69,6 +82,19 @@ class _Row:
     question: int
     prompt: PromptTokens
     key: str
+    label: int | None = None  # the label a composite set's row reads as a noul
+    video: tuple[torch.Tensor, tuple[float, ...]] | None = None  # a track row's frame rows and times
+
+
+@dataclass(frozen=True, slots=True)
+class _Asset:
+    """One asset as the tower read it: its rows, digest, kind, and its frames' rows and times."""
+
+    rows: torch.Tensor  # [n, hidden]
+    digest: str
+    kind: str
+    frames: torch.Tensor  # [G, hidden]: mean rows of each frame group (an image: one group)
+    times: tuple[float, ...]  # seconds of each group's first frame
 
 
 class Engine:
@@ -88,6 +114,7 @@ class Engine:
         description: str | None = None,
         strengths: str | None = None,
         vision: VisionTower | None = None,
+        heads: Heads | None = None,
     ) -> None:
         config = checkpoint.config
         assert readout.shape == (len(config.codes), backbone.hidden_size)
@@ -107,6 +134,7 @@ class Engine:
         self._description = description
         self._strengths = strengths
         self.vision = vision
+        self.heads = heads
 
     @classmethod
     def load(
@@ -126,7 +154,9 @@ class Engine:
         else:
             readout = _load_readout(path, len(checkpoint.config.codes), backbone.hidden_size)
         vision = VisionTower.load(path, checkpoint.config.media, backbone.device)
-        return cls(name or path.name, checkpoint, backbone, readout.to(backbone.device, readout_dtype), vision=vision, **options)
+        config = checkpoint.config
+        heads = None if config.heads is None else Heads.load(path, config.heads, len(config.codes), backbone.hidden_size, backbone.device)
+        return cls(name or path.name, checkpoint, backbone, readout.to(backbone.device, readout_dtype), vision=vision, heads=heads, **options)
 
     def card(self) -> ModelCard:
         config = self.config
@@ -135,9 +165,9 @@ class Engine:
             name=self.name,
             description=self._description
             or f"decision checkpoint on {config.base_model}: {config.attention_mode} attention, {reading}",
-            question_types=("noul", "choice", "score"),
+            question_types=self.question_types,
             modalities=("text", "image", "video") if self.vision is not None else ("text",),
-            presets=(),
+            presets=tuple(self.heads.config.presets) if self.heads is not None else (),
             limits=Limits(
                 max_options=len(config.codes),
                 min_levels=MIN_LEVELS,
@@ -152,16 +182,51 @@ class Engine:
     # -- requests to rows -------------------------------------------------------------------
 
     def _check(self, question: Question) -> int:
-        """The question's option count, if this model can answer it."""
-        if not isinstance(question, (NoulQuestion, ChoiceQuestion, ScoreQuestion)):
-            raise InvalidQuestion(f"this model does not answer {type(question).__name__} questions")
+        """The question's option or label count, if this model can answer it."""
         n = len(coded_options(question))
         codes = len(self.config.codes)
+        if question.type not in self.question_types:
+            raise InvalidQuestion(f"this model does not answer {question.type} questions")
         if isinstance(question, ScoreQuestion) and not MIN_LEVELS <= n <= min(MAX_LEVELS, codes):
             raise InvalidQuestion(f"a score question needs {MIN_LEVELS} to {min(MAX_LEVELS, codes)} levels, not {n}")
         if isinstance(question, ChoiceQuestion) and not MIN_OPTIONS <= n <= codes:
             raise InvalidQuestion(f"a choice question needs {MIN_OPTIONS} to {codes} options on this model, not {n}")
+        if isinstance(question, (SetQuestion, SpanQuestion)) and not 1 <= n <= codes:
+            raise InvalidQuestion(f"a {question.type} question needs 1 to {codes} labels on this model, not {n}")
+        if isinstance(question, SpanQuestion):
+            self._span_head(question)
         return n
+
+    @property
+    def question_types(self) -> tuple[QuestionType, ...]:
+        """Every reading answers noul, choice, score, and set label by label; heads add the rest."""
+        types: list[QuestionType] = ["noul", "choice", "score", "set"]
+        heads = self.heads.config if self.heads is not None else None
+        if heads is not None and (heads.span or "span" in heads.presets.values()):
+            types.append("span")
+        if heads is not None and heads.box and self.vision is not None:
+            types.append("box")
+        if heads is not None and heads.track and self.vision is not None:
+            types.append("track")
+        return tuple(types)
+
+    def _span_head(self, question: SpanQuestion) -> str:
+        """The head that answers: the preset's trained head, else the one asked for, else router."""
+        assert self.heads is not None
+        heads = self.heads.config
+        if question.preset is not None and heads.presets.get(question.preset) == "span":
+            return question.preset
+        head = question.head or ("router" if "router" in heads.span else (heads.span or ("",))[0])
+        if head not in heads.span:
+            have = ", ".join(heads.span) or "none but its presets'"
+            raise InvalidQuestion(f"this model has no {head} span head (span heads: {have})", reason="unsupported_field")
+        return head
+
+    def _units(self, question: Question) -> list[tuple[int | None, Question]]:
+        """The rows a question needs: one, or one noul per label for a set read label by label."""
+        if isinstance(question, SetQuestion) and (self.heads is None or not self.heads.config.set):
+            return [(i, NoulQuestion(question.instructions, true=option.label)) for i, option in enumerate(coded_options(question))]
+        return [(None, question)]
 
     def _rows(self, index: int, request: DecisionRequest, slots: list[Answer | QuestionError | None]) -> list[_Row]:
         ready: list[int] = []
@@ -174,26 +239,32 @@ class Engine:
         if not ready:
             return []
         state_block = "".join(self.layout.state_parts(request.state, request.lead))
-        blocks = [self.layout.question_block(request.questions[q], self.config.codes) for q in ready]
+        units = [(q, label, unit) for q in ready for label, unit in self._units(request.questions[q])]
+        blocks = [self.layout.question_block(unit, self.config.codes) for _, _, unit in units]
         try:
             media = self._media(request, state_block)
-            prompts = encode_media_prompts(self.checkpoint.tokenizer, state_block, media, blocks, request.state_tokens)
+            rows_of = {p: (a.rows, a.digest) for p, a in media.items()}
+            prompts = encode_media_prompts(self.checkpoint.tokenizer, state_block, rows_of, blocks, request.state_tokens)
         except DecisionError as exc:
             for q in ready:
                 slots[q] = QuestionError.of(exc)
             return []
         rows = []
         limit = self.max_length if request.long_context else self.validated_length
-        for q, prompt in zip(ready, prompts):
-            if len(prompt) > limit:
-                beyond = self.max_length if limit < self.max_length else None
-                slots[q] = QuestionError.of(MaxLengthExceeded(len(prompt), limit, beyond))
-            else:
-                rows.append(_Row(index, q, prompt, state_key(prompt.state, [(m.start, m.digest) for m in prompt.media])))
-        return rows
+        for (q, label, _), prompt in zip(units, prompts):
+            try:
+                if len(prompt) > limit:
+                    raise MaxLengthExceeded(len(prompt), limit, self.max_length if limit < self.max_length else None)
+                video = _one(request.questions[q], media)
+            except DecisionError as exc:
+                slots[q] = QuestionError.of(exc)
+                continue
+            key = state_key(prompt.state, [(m.start, m.digest) for m in prompt.media])
+            rows.append(_Row(index, q, prompt, key, label, video))
+        return [r for r in rows if slots[r.question] is None]
 
-    def _media(self, request: DecisionRequest, state_block: str) -> dict[str, tuple[torch.Tensor, str]]:
-        """The tower's rows and the digest of each asset the state block reads, once per request."""
+    def _media(self, request: DecisionRequest, state_block: str) -> dict[str, _Asset]:
+        """What the tower made of each asset the state block reads, once per request."""
         used = [p for p in request.media if p in state_block]
         if not used:
             return {}
@@ -202,8 +273,9 @@ class Engine:
         out = {}
         for placeholder in used:
             asset = request.media[placeholder]
-            pixels = decode(placeholder, asset, self.vision.limits)
-            out[placeholder] = (self.vision(pixels), hashlib.sha256(asset.data).hexdigest())
+            pixels, times = decode(placeholder, asset, self.vision.limits)
+            rows, frames = self.vision.rows_and_frames(pixels)
+            out[placeholder] = _Asset(rows, hashlib.sha256(asset.data).hexdigest(), asset.kind, frames, tuple(times[:: self.vision.temporal]))
         return out
 
     # -- rows to hidden states --------------------------------------------------------------
@@ -237,7 +309,15 @@ class Engine:
             states[row.key] = state
         return states
 
-    def _hidden(self, rows: Sequence[_Row]) -> torch.Tensor:
+    def _state_hidden(self, row: _Row, states: dict[str, StateSnapshot]) -> torch.Tensor:
+        """[S, hidden]: the last layer on the row's state, as its prompt's forward saw it."""
+        if row.key in states:
+            return states[row.key].hidden
+        prompt = row.prompt  # the reference path, or a mode whose state reads the question
+        whole = self.backbone.prompt_hidden(prompt.state + prompt.question, len(prompt.state), self.config.attention_mode, prompt.media)
+        return whole[: len(prompt.state)]
+
+    def _hidden(self, rows: Sequence[_Row]) -> tuple[torch.Tensor, dict[str, StateSnapshot]]:
         mode = self.config.attention_mode
         if self.reference:
             return torch.cat(
@@ -245,7 +325,7 @@ class Engine:
                     self.backbone.prompt_rows([r.prompt.state + r.prompt.question], [len(r.prompt.state)], mode, [r.prompt.media])
                     for r in rows
                 ]
-            )
+            ), {}
         if mode == "noncausal_full_attention":
             passes = self._passes(rows, lambda r: len(r.prompt))
             return torch.cat(
@@ -258,7 +338,7 @@ class Engine:
                     )
                     for p in passes
                 ]
-            )
+            ), {}
         states = self._states(rows)
         # Rows of one state sit together, so a pass pads little; answers do not depend on packing.
         order = sorted(range(len(rows)), key=lambda i: (len(rows[i].prompt.state), rows[i].key))
@@ -269,7 +349,7 @@ class Engine:
                 for p in self._passes(ordered, lambda r: len(r.prompt))
             ]
         )
-        return hidden[torch.tensor(order).argsort()]
+        return hidden[torch.tensor(order).argsort()], states
 
     # -- answers ----------------------------------------------------------------------------
 
@@ -277,21 +357,78 @@ class Engine:
         """Answers for each request, in question order; a QuestionError where one cannot be answered."""
         slots: list[list[Answer | QuestionError | None]] = [[None] * len(r.questions) for r in requests]
         rows = [row for i, request in enumerate(requests) for row in self._rows(i, request, slots[i])]
+        labels: dict[tuple[int, int], dict[int, float]] = {}  # a composite set's P(true) per label
         if rows:
-            logits = (self._hidden(rows).to(self.readout.dtype) @ self.readout.T).float().cpu()
-            for row, row_logits in zip(rows, logits):
+            hidden, states = self._hidden(rows)
+            logits = (hidden.to(self.readout.dtype) @ self.readout.T).float().cpu()
+            for row, q, row_logits in zip(rows, hidden, logits):
                 request = requests[row.request]
                 question = request.questions[row.question]
                 t = temperature_for(len(request.questions), self.config.temperature, self.config.temperature_by_questions)
                 try:
-                    probs = code_probabilities(row_logits, len(coded_options(question)), t)
-                    slots[row.request][row.question] = answer_from(question, probs)
+                    if row.label is not None:
+                        labels.setdefault((row.request, row.question), {})[row.label] = code_probabilities(row_logits, 2, t)[1]
+                        continue
+                    slots[row.request][row.question] = self._answer(request, question, row, q, row_logits, t, states)
                 except DecisionError as exc:
                     slots[row.request][row.question] = QuestionError.of(exc)
+        for (i, q), probs in labels.items():
+            question = requests[i].questions[q]
+            assert isinstance(question, SetQuestion)
+            slots[i][q] = set_answer(question, [probs[l] for l in range(len(probs))], self._threshold(question), composite=True)
         return [Result(tuple(s), _usage([r for r in rows if r.request == i])) for i, s in enumerate(slots)]  # type: ignore[arg-type]
+
+    def _threshold(self, question: SetQuestion | SpanQuestion) -> float:
+        if question.threshold is not None:
+            return question.threshold
+        return self.heads.config.threshold if self.heads is not None else DEFAULT_THRESHOLD
+
+    def _answer(
+        self, request: DecisionRequest, question: Question, row: _Row, q: torch.Tensor, logits: torch.Tensor, t: float, states: dict[str, StateSnapshot]
+    ) -> Answer:
+        """One row's answer: the code readout, or the head its question type needs."""
+        n = len(coded_options(question))
+        if isinstance(question, SetQuestion):
+            assert self.heads is not None
+            return set_answer(question, self.heads.set_probabilities(q, n, t), self._threshold(question), composite=False)
+        if isinstance(question, SpanQuestion):
+            assert self.heads is not None
+            head = self._span_head(question)
+            probs = self.heads.span_probabilities(head, self._state_hidden(row, states), q, n).cpu()
+            text = render_text(request.state)
+            block = "".join(self.layout.state_parts(request.state, request.lead))
+            names = [o.key for o in coded_options(question)]
+            return SpanAnswer(decode_spans(probs, row.prompt.offsets, text, len(block) - len(text), names, self._threshold(question)), self._threshold(question), head)
+        if isinstance(question, BoxQuestion):
+            assert self.heads is not None
+            box, confidence = self.heads.box(q)
+            return BoxAnswer(box, confidence)
+        if isinstance(question, TrackQuestion):
+            assert self.heads is not None and row.video is not None
+            frames, times = row.video
+            boxes = self.heads.track(q, frames)
+            return TrackAnswer(tuple((time, box) for time, (box, _) in zip(times, boxes)), sum(c for _, c in boxes) / len(boxes))
+        return answer_from(question, code_probabilities(logits, n, t))
 
     def answer(self, request: DecisionRequest) -> Result:
         return self.answer_batch([request])[0]
+
+
+def _one(question: Question, media: dict[str, _Asset]) -> tuple[torch.Tensor, tuple[float, ...]] | None:
+    """A box question reads exactly one image, a track question exactly one video."""
+    if not isinstance(question, (BoxQuestion, TrackQuestion)):
+        return None
+    kind = "image" if isinstance(question, BoxQuestion) else "video"
+    found = [a for a in media.values() if a.kind == kind]
+    if len(found) != 1:
+        raise InvalidInput(f"a {question.type} question reads exactly one {kind} in the state, and this one has {len(found)}", reason=f"{question.type}_needs_one_{kind}")
+    return found[0].frames, found[0].times
+
+
+def set_answer(question: SetQuestion, probs: Sequence[float], threshold: float, composite: bool) -> SetAnswer:
+    names = [o.key for o in coded_options(question)]
+    selected = tuple(name for name, p in zip(names, probs) if p >= threshold)
+    return SetAnswer(tuple(zip(names, probs)), selected, threshold, composite)
 
 
 def _usage(rows: Sequence[_Row]) -> Usage:

@@ -23,6 +23,11 @@ class DecisionError(Exception):
     code = "invalid_input"
     reason: str | None = None
 
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
+
 
 class InvalidQuestion(DecisionError):
     """The question is malformed, or the model does not answer its type, size or fields."""

@@ -42,19 +42,20 @@ class MediaRefused(InvalidInput):
         self.limit = limit
 
 
-def decode(placeholder: str, media: Media, limits: MediaLimits) -> torch.Tensor:
-    """[T, 3, H, W] float pixels in [0, 1]: one frame for an image, `limits.frames` for a video."""
+def decode(placeholder: str, media: Media, limits: MediaLimits) -> tuple[torch.Tensor, list[float]]:
+    """[T, 3, H, W] float pixels in [0, 1] (one frame for an image, `limits.frames` for a video),
+    and each frame's time in seconds from the video's start."""
     if len(media.data) > limits.max_asset_bytes:
         raise MediaRefused(
             placeholder, f"{len(media.data)} bytes, over the model's {limits.max_asset_bytes}", "asset_too_large", limits.max_asset_bytes
         )
-    frames = _video(placeholder, media.data, limits) if media.kind == "video" else [_image(placeholder, media.data)]
+    frames, times = _video(placeholder, media.data, limits) if media.kind == "video" else ([_image(placeholder, media.data)], [0.0])
     for frame in frames:
         if max(frame.shape[:2]) > limits.max_side:
             h, w = frame.shape[:2]
             raise MediaRefused(placeholder, f"{w}x{h} pixels, over the model's {limits.max_side} per side", "resolution_too_large", limits.max_side)
     # [T, H, W, 3] uint8 -> [T, 3, H, W] in [0, 1]
-    return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).float() / 255.0
+    return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).float() / 255.0, times
 
 
 def _image(placeholder: str, data: bytes) -> np.ndarray:
@@ -65,7 +66,7 @@ def _image(placeholder: str, data: bytes) -> np.ndarray:
         raise MediaRefused(placeholder, "not a readable image (pillow knows no format in it)", "invalid_asset") from None
 
 
-def _video(placeholder: str, data: bytes, limits: MediaLimits) -> list[np.ndarray]:
+def _video(placeholder: str, data: bytes, limits: MediaLimits) -> tuple[list[np.ndarray], list[float]]:
     # Two passes, so only the sampled frames are ever held: count (up to the limit), then keep picks.
     try:
         with av.open(io.BytesIO(data)) as container:
@@ -83,7 +84,9 @@ def _video(placeholder: str, data: bytes, limits: MediaLimits) -> list[np.ndarra
         # Evenly spaced over the whole video, first and last frame included.
         picks = set(np.linspace(0, count - 1, limits.frames).round().astype(int).tolist())
         with av.open(io.BytesIO(data)) as container:
-            kept = {i: f.to_ndarray(format="rgb24") for i, f in enumerate(container.decode(video=0)) if i in picks}
+            rate = float(container.streams.video[0].average_rate or 1)
+            kept = {i: (f.to_ndarray(format="rgb24"), f.time if f.time is not None else i / rate) for i, f in enumerate(container.decode(video=0)) if i in picks}
     except av.error.FFmpegError as exc:
         raise MediaRefused(placeholder, f"not a readable video (FFmpeg: {exc.strerror})", "invalid_asset") from None
-    return [kept[i] for i in np.linspace(0, count - 1, limits.frames).round().astype(int).tolist()]
+    order = np.linspace(0, count - 1, limits.frames).round().astype(int).tolist()
+    return [kept[i][0] for i in order], [float(kept[i][1]) for i in order]

@@ -70,6 +70,7 @@ class Preset:
     validated_length: int | None = None
     summary: str = ""
     vision: bool = False  # a Qwen3.5 vision tower: images and video
+    heads: dict[str, Any] | None = None  # decision_config.json `heads`: trained heads beside the readout
 
 
 PRESETS = {
@@ -94,6 +95,17 @@ PRESETS = {
             "hybrid-vision", "hybrid", "prefix_bidir", "d3", 1.0, validated_length=16384,
             summary="Qwen3.5-style hybrid with a Qwen3.5 vision tower (images, video), prefix_bidir",
             vision=True,
+        ),
+        Preset(
+            "hybrid-heads", "hybrid", "prefix_bidir", "d3", 1.0, validated_length=16384,
+            summary="Qwen3.5-style hybrid, prefix_bidir, with a set readout, a router span head and a pii span head",
+            heads={"set": True, "span": ["router"], "presets": {"pii": "span"}, "threshold": 0.5},
+        ),
+        Preset(
+            "hybrid-vision-heads", "hybrid", "prefix_bidir", "d3", 1.0, validated_length=16384,
+            summary="hybrid-vision plus a set readout, router and broad span heads, a pii span head, box and track heads",
+            vision=True,
+            heads={"set": True, "span": ["router", "broad"], "presets": {"pii": "span"}, "box": True, "track": True, "box_bins": 32, "threshold": 0.5},
         ),
     )
 }
@@ -249,6 +261,9 @@ def create(path: Path, preset_name: str, seed: int = 0, *, hidden: int = HIDDEN,
         decision["temperature_by_questions"] = preset.temperature_by_questions
     if preset.vision:
         decision["media"] = MEDIA
+    if preset.heads is not None:
+        decision["heads"] = preset.heads
+        _create_heads(path, preset.heads, len(CODES), hidden, seed)
     (path / DECISION_CONFIG).write_text(json.dumps(decision, indent=2) + "\n", encoding="utf-8")
     return path
 
@@ -275,3 +290,16 @@ def _create_vision(path: Path, hidden: int, seed: int) -> None:
     )
     torch.manual_seed(seed + 2)
     Qwen3_5VisionModel(config).save_pretrained(path / VISION)
+
+
+def _create_heads(path: Path, heads: dict[str, Any], codes: int, hidden: int, seed: int) -> None:
+    """Random heads of the shapes `heads.HeadsConfig.tensors` names, scaled like the readout."""
+    from sr_runtime.checkpoint import _heads
+    from sr_runtime.heads import HEADS
+
+    generator = torch.Generator().manual_seed(seed + 3)
+    tensors = {
+        name: (torch.randn(shape, generator=generator) / math.sqrt(hidden)).contiguous()
+        for name, shape in sorted(_heads(heads).tensors(codes, hidden).items())
+    }
+    save_file(tensors, str(path / HEADS))

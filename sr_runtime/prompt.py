@@ -29,6 +29,10 @@ _DEFAULT_INSTRUCTIONS = {
     "noul": "Is this true?",
     "choice": "Which option fits best?",
     "score": "Which level fits best?",
+    "set": "Which labels apply?",
+    "span": "Mark the parts of the state each label names.",
+    "box": "Locate the main object.",
+    "track": "Follow the main object.",
 }
 
 
@@ -102,6 +106,8 @@ class PromptTokens:
     state: tuple[int, ...]
     question: tuple[int, ...]
     media: tuple[MediaSpan, ...] = ()
+    # Each state token's characters in the state block, end excluded; (-1, -1) for media tokens.
+    offsets: tuple[tuple[int, int], ...] = ()
 
     def __len__(self) -> int:
         return len(self.state) + len(self.question)
@@ -144,14 +150,14 @@ def encode_prompts(
     cut = first.offsets[size][0]
     tails = tokenizer.encode_batch([state_block[cut:] + block for block in question_blocks], add_special_tokens=False)
     if tails[0].ids == first.ids[size:]:
-        state = tuple(first.ids[:size])
-        return [PromptTokens(state, tuple(tail.ids)) for tail in tails]
+        state, offsets = tuple(first.ids[:size]), tuple(first.offsets[:size])
+        return [PromptTokens(state, tuple(tail.ids), offsets=offsets) for tail in tails]
     wholes = tokenizer.encode_batch([state_block + block for block in question_blocks], add_special_tokens=False)
     out = []
     for whole in wholes:
         own = state_block_size(whole.offsets, len(state_block))
         own = own if state_tokens is None else checked_state_tokens(state_tokens, own)
-        out.append(PromptTokens(tuple(whole.ids[:own]), tuple(whole.ids[own:])))
+        out.append(PromptTokens(tuple(whole.ids[:own]), tuple(whole.ids[own:]), offsets=tuple(whole.offsets[:own])))
     return out
 
 
@@ -184,16 +190,25 @@ def encode_media_prompts(
     if state_tokens is not None:
         raise InvalidInput("a state size cannot be given for a state with media")
     lead: list[int] = []
+    offsets: list[tuple[int, int]] = []
     spans: list[MediaSpan] = []
+    at = 0  # characters of the state block before this piece
     for i, piece in enumerate(pieces[:-1]):
         if i % 2:  # a placeholder
             embeds, digest = media[piece]
             spans.append(MediaSpan(len(lead), embeds, digest))
             lead += [MEDIA_TOKEN] * int(embeds.shape[0])
+            offsets += [(-1, -1)] * int(embeds.shape[0])
         elif piece:
-            lead += tokenizer.encode(piece, add_special_tokens=False).ids
+            encoding = tokenizer.encode(piece, add_special_tokens=False)
+            lead += encoding.ids
+            offsets += [(a + at, b + at) for a, b in encoding.offsets]
+        at += len(piece)
     tail = encode_prompts(tokenizer, pieces[-1], question_blocks) if pieces[-1] else _questions_alone(tokenizer, question_blocks)
-    return [PromptTokens((*lead, *p.state), p.question, tuple(spans)) for p in tail]
+    return [
+        PromptTokens((*lead, *p.state), p.question, tuple(spans), (*offsets, *((a + at, b + at) for a, b in p.offsets)))
+        for p in tail
+    ]
 
 
 def _questions_alone(tokenizer: Tokenizer, question_blocks: Sequence[str]) -> list[PromptTokens]:

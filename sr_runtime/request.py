@@ -33,7 +33,8 @@ def answer(engine: DecisionEngine, req: ClientRequest) -> bytes:
     ServedModel(engine.name, card, "").check(req.ir)
     plan = to_engine(req.ir, card)
     results = engine.answer_batch(plan.requests) if plan.requests else []
-    return REGISTRY.listener(req.schema).answer_success(req, to_reply(plan, results, engine.name))
+    reply = to_reply(plan, results, engine.name, legacy=req.schema == "vllm-sr/4.0")
+    return REGISTRY.listener(req.schema).answer_success(req, reply)
 
 
 # What every model here answers; read_request checks a request against it, not against one model.

@@ -15,7 +15,7 @@ from sr_runtime.errors import DecisionError
 
 # Structured text: the standard lets a state, instructions and descriptions be objects or arrays.
 Text: TypeAlias = Union[str, dict, list]
-QuestionType = Literal["noul", "choice", "score"]
+QuestionType = Literal["noul", "choice", "score", "set", "span", "box", "track"]
 MediaKind = Literal["image", "video"]
 
 
@@ -54,7 +54,46 @@ class ScoreQuestion:
     type: QuestionType = field(default="score", init=False)
 
 
-Question: TypeAlias = Union[NoulQuestion, ChoiceQuestion, ScoreQuestion]
+@dataclass(frozen=True, slots=True)
+class SetQuestion:
+    """Any number of labels apply; `threshold` replaces the model's own (seed 002)."""
+
+    labels: tuple[tuple[str, Text | None], ...]
+    instructions: Text | None = None
+    threshold: float | None = None
+    preset: str | None = None
+    type: QuestionType = field(default="set", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SpanQuestion:
+    """Mark labelled parts of the state; `head` picks a span head (router or broad)."""
+
+    labels: tuple[tuple[str, Text | None], ...]
+    instructions: Text | None = None
+    threshold: float | None = None
+    head: str | None = None
+    preset: str | None = None
+    type: QuestionType = field(default="span", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class BoxQuestion:
+    """Locate what the instructions describe in the request's image."""
+
+    instructions: Text | None = None
+    type: QuestionType = field(default="box", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TrackQuestion:
+    """Follow what the instructions describe through the request's video, frame by frame."""
+
+    instructions: Text | None = None
+    type: QuestionType = field(default="track", init=False)
+
+
+Question: TypeAlias = Union[NoulQuestion, ChoiceQuestion, ScoreQuestion, SetQuestion, SpanQuestion, BoxQuestion, TrackQuestion]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +114,10 @@ def coded_options(question: Question) -> tuple[Option, ...]:
         return tuple(
             Option(name, name if desc is None else f"{name}: {render_text(desc)}") for name, desc in question.options
         )
+    if isinstance(question, (SetQuestion, SpanQuestion)):  # labels, each with its own code
+        return tuple(Option(name, name if desc is None else f"{name}: {render_text(desc)}") for name, desc in question.labels)
+    if isinstance(question, (BoxQuestion, TrackQuestion)):
+        return ()
     return tuple(Option(str(i), render_text(level)) for i, level in enumerate(question.levels))
 
 
@@ -129,7 +172,62 @@ class ScoreAnswer:
     type: QuestionType = field(default="score", init=False)
 
 
-Answer: TypeAlias = Union[NoulAnswer, ChoiceAnswer, ScoreAnswer]
+@dataclass(frozen=True, slots=True)
+class SetAnswer:
+    """Each label's probability and those at or over the threshold; `composite` when each label
+    was read as its own noul (then each also answers as `<question>.<label>`)."""
+
+    probabilities: tuple[tuple[str, float], ...]
+    selected: tuple[str, ...]
+    threshold: float
+    composite: bool
+    type: QuestionType = field(default="set", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    label: str
+    start: int  # characters of the state text, end excluded
+    end: int
+    text: str
+    probability: float
+
+
+@dataclass(frozen=True, slots=True)
+class SpanAnswer:
+    spans: tuple[Span, ...]
+    threshold: float
+    head: str
+    type: QuestionType = field(default="span", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Box:
+    """Edges as fractions (0-1) of the image's height (top, bottom) and width (left, right)."""
+
+    top: float
+    bottom: float
+    left: float
+    right: float
+
+
+@dataclass(frozen=True, slots=True)
+class BoxAnswer:
+    box: Box
+    confidence: float | None
+    type: QuestionType = field(default="box", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TrackAnswer:
+    """One box per sampled moment of the video: (seconds from its start, box)."""
+
+    track: tuple[tuple[float, Box], ...]
+    confidence: float | None
+    type: QuestionType = field(default="track", init=False)
+
+
+Answer: TypeAlias = Union[NoulAnswer, ChoiceAnswer, ScoreAnswer, SetAnswer, SpanAnswer, BoxAnswer, TrackAnswer]
 
 
 @dataclass(frozen=True, slots=True)

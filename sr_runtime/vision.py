@@ -88,6 +88,12 @@ class VisionTower:
         size = [max(unit, round(n * scale / unit) * unit) for n in (h, w)]
         return F.interpolate(frames, size=size, mode="bilinear", align_corners=False, antialias=True)
 
+    def rows_and_frames(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tower's rows [n, hidden], and their mean over each group of `temporal` frames [G, hidden]."""
+        rows = self(pixels)
+        groups = -(-pixels.shape[0] // self.temporal)
+        return rows, rows.view(groups, -1, rows.shape[-1]).mean(1)
+
     @torch.inference_mode()
     def __call__(self, pixels: torch.Tensor) -> torch.Tensor:
         """[n, hidden]: the tower's rows for one image (T = 1) or one video's sampled frames."""

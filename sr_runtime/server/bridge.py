@@ -25,6 +25,9 @@ from sr_control.systemone.ir import MISSING, Question, items
 from sr_control.systemone.jsontext import JsonObject, Number, plain, strings
 from sr_runtime.types import (
     Answer,
+    Box,
+    BoxAnswer,
+    BoxQuestion,
     ChoiceAnswer,
     ChoiceQuestion,
     DecisionRequest,
@@ -36,6 +39,13 @@ from sr_runtime.types import (
     Result,
     ScoreAnswer,
     ScoreQuestion,
+    SetAnswer,
+    SetQuestion,
+    Span,
+    SpanAnswer,
+    SpanQuestion,
+    TrackAnswer,
+    TrackQuestion,
 )
 from sr_runtime.types import Question as EngineQuestion
 
@@ -43,6 +53,8 @@ from sr_runtime.types import Question as EngineQuestion
 REFUSED_FIELDS = {
     "over": "reads only some state keys (a Vela field; Decision-style families refuse it)",
     "decision_adapter": "names an adapter, and this model loads none",
+    "at": "looks at one moment of a video; here a box reads an image and a track every sampled frame",
+    "rate": "sets the frames per second a track reads; here a track reads the checkpoint's fixed sample of frames",
 }
 # Fixed words for the `reason` of each engine error code.
 REASONS = {"invalid_question": "question_malformed"}
@@ -168,7 +180,12 @@ def _engine_question(q: Question, card: ModelCard) -> EngineQuestion:
     if q.extensions.get("overflow") == "truncate":
         raise _Refused(Failure("invalid_question", "unsupported_field", "this model reads every part whole and never truncates (overflow: window)"))
     instructions, criteria = q.instructions, q.criteria
-    if q.preset_only:  # a 4.0 preset-only question: answered zero-shot from the canonical texts
+    if q.preset_only:  # a 4.0 preset-only question: only a model trained on the preset can answer it
+        if q.preset not in card.presets:
+            trained = ", ".join(card.presets) or "none"
+            raise _Refused(
+                Failure("invalid_question", "unsupported_preset", f"this model has no head trained on preset {q.preset!r} (its presets: {trained}), and the question has no instructions or criteria of its own")
+            )
         preset = PRESETS[q.preset or ""]
         instructions, criteria = preset["instructions"], preset.get("criteria", MISSING)
     text = _text(instructions)
@@ -177,7 +194,23 @@ def _engine_question(q: Question, card: ModelCard) -> EngineQuestion:
         return NoulQuestion(text, _text(sides.get("true")), _text(sides.get("false")))
     if q.type == "choice":
         return ChoiceQuestion(tuple((str(name), _text(desc)) for name, desc in criteria.items()), text)
-    return ScoreQuestion(tuple(plain(level) for level in criteria), text)
+    if q.type == "score":
+        return ScoreQuestion(tuple(plain(level) for level in criteria), text)
+    labels = tuple((str(name), _text(desc)) for name, desc in criteria.items()) if isinstance(criteria, Mapping) else ()
+    threshold = _float(q.extensions.get("threshold"))
+    preset_name = q.preset if isinstance(q.preset, str) else None
+    if q.type == "set":
+        return SetQuestion(labels, text, threshold, preset_name)
+    if q.type == "span":
+        head = q.extensions.get("head")
+        return SpanQuestion(labels, text, threshold, head if isinstance(head, str) else None, preset_name)
+    if q.type == "box":
+        return BoxQuestion(text)
+    return TrackQuestion(text)
+
+
+def _float(value: Any) -> float | None:
+    return float(value.value) if isinstance(value, Number) else (None if value is None else float(value))
 
 
 def _text(value: Any) -> Any:
@@ -192,17 +225,20 @@ def _int_option(options: Mapping[str, Any] | None, name: str) -> int | None:
 # ---------------------------------------------------------------------------- engine -> IR
 
 
-def to_reply(plan: EnginePlan, results: Sequence[Result], model: str, extras: Mapping[str, Any] | None = None) -> Reply:
-    """``results`` answer ``plan.requests`` in order; ``extras`` go beside each response (meta)."""
+def to_reply(plan: EnginePlan, results: Sequence[Result], model: str, extras: Mapping[str, Any] | None = None, legacy: bool = False) -> Reply:
+    """``results`` answer ``plan.requests`` in order; ``extras`` go beside each response (meta).
+
+    ``legacy``: the client speaks vllm-sr/4.0, whose responses have no ``span_heads``.
+    """
     answered = iter(results)
     out = {}
     for name, item in plan.items.items():
         result = next(answered) if item.request is not None else None
-        out[name] = _item_result(item, result, model, extras or {})
+        out[name] = _item_result(item, result, model, extras or {}, legacy)
     return Reply(out, model)
 
 
-def _item_result(item: ItemPlan, result: Result | None, model: str, extras: Mapping[str, Any]) -> ItemResult:
+def _item_result(item: ItemPlan, result: Result | None, model: str, extras: Mapping[str, Any], legacy: bool) -> ItemResult:
     tokens = result.usage.input_tokens if result is not None else 0
     over_budget = None
     if item.scan_budget is not None and tokens > item.scan_budget:
@@ -210,14 +246,35 @@ def _item_result(item: ItemPlan, result: Result | None, model: str, extras: Mapp
             "scan_budget_exceeded", "scan_budget_exceeded", f"the model read {tokens} tokens, over the scan budget options.max_tokens = {item.scan_budget}"
         )
     engine_answers = iter(result.answers if result is not None else ())
-    answers = []
+    answers: list[tuple[str, Any]] = []
+    members: dict[str, list[tuple[str, Any]]] = {"spans": [], "sets": [], "thresholds": [], "span_heads": []}
     for q_id, kind in item.questions.items():
         answer: Answer | QuestionError | Failure = item.failures.get(q_id) or next(engine_answers)
         if over_budget is not None and not isinstance(answer, Failure):
             answer = over_budget
         answers.append((q_id, _answer_doc(q_id, kind, answer, q_id in item.full_input)))
+        if isinstance(answer, SetAnswer):
+            members["sets"].append((q_id, JsonObject([("probabilities", JsonObject(answer.probabilities)), ("selected", answer.selected)])))
+            members["thresholds"].append((q_id, answer.threshold))
+            if answer.composite:  # each label also answers as a noul of its own (seed 002)
+                answers += [(f"{q_id}.{label}", JsonObject([("type", "noul"), ("noul", p)])) for label, p in answer.probabilities]
+        elif isinstance(answer, SpanAnswer):
+            members["spans"].append((q_id, tuple(_span_doc(span) for span in answer.spans)))
+            members["thresholds"].append((q_id, answer.threshold))
+            members["span_heads"].append((q_id, answer.head))
+    if legacy:
+        members.pop("span_heads")
+    response = [(name, JsonObject(entries)) for name, entries in members.items() if entries] + list(extras.items())
     usage = JsonObject([("input_tokens", tokens), ("output_tokens", 0)])
-    return ItemResult(JsonObject(answers), usage, JsonObject(extras), model)
+    return ItemResult(JsonObject(answers), usage, JsonObject(response), model)
+
+
+def _span_doc(span: Span) -> JsonObject:
+    return JsonObject([("label", span.label), ("start", span.start), ("end", span.end), ("text", span.text), ("probability", span.probability)])
+
+
+def _box_doc(box: Box) -> JsonObject:
+    return JsonObject([("top", box.top), ("bottom", box.bottom), ("left", box.left), ("right", box.right)])
 
 
 def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, full_input: bool) -> JsonObject:
@@ -238,6 +295,11 @@ def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, 
             ("probabilities", JsonObject((str(i), p) for i, p in enumerate(answer.probabilities))),
             ("confidence", answer.confidence),
         ]
+    elif isinstance(answer, BoxAnswer):
+        members += [("box", _box_doc(answer.box)), ("confidence", answer.confidence)]
+    elif isinstance(answer, TrackAnswer):
+        members += [("track", tuple(JsonObject([("at", at), ("box", _box_doc(box))]) for at, box in answer.track)), ("confidence", answer.confidence)]
+    # set and span answers are in the response's sets and spans, beside the answers (seed 002)
     if full_input:  # the engine never truncates: every answer read the whole input
         members.append(("input_coverage", "complete"))
     return JsonObject(members)

@@ -75,3 +75,34 @@ def test_the_listing_card_names_the_modalities_and_media_limits(vision: TestClie
     card = vision.get("/v1/models").json()["models"][0]["card"]
     assert card["modalities"] == ["text", "image", "video"]
     assert card["limits"]["max_video_frames"] == 300 and card["limits"]["max_media_side"] == 1024
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    folder = create(tmp_path_factory.mktemp("ckpt") / "tiny-vision-heads", "hybrid-vision-heads", seed=0)
+    with serving(ServerSettings(str(folder))) as client:
+        yield client
+
+
+def test_every_question_type_over_http_with_a_multipart_image(heads: TestClient) -> None:
+    placeholder = "<image:" + "b" * 32 + ">"
+    request = {
+        "state": f"{placeholder} Jane Doe sent this photo of her dog from jane@example.com.",
+        "assets": {placeholder: {"type": "image", "part": "asset-0"}},
+        "questions": {
+            "urgent": NOUL,
+            "tags": {"type": "set", "criteria": {"pets": None, "billing": None}, "threshold": 0.3},
+            "pii": {"type": "span", "preset": "pii", "instructions": "Mark every piece of personal information in the text.", "criteria": {"person": None, "email": None}},
+            "dog": {"type": "box", "instructions": "the dog"},
+        },
+        "options": {"return_meta": True},
+    }
+    response = heads.post("/v1/systemone", **_multipart(request, {"asset-0": (IMG, "image/png")}))
+    assert response.status_code == 200, response.text
+    doc = response.json()
+    assert list(doc) == ["model", "answers", "usage", "spans", "sets", "thresholds", "span_heads", "meta"]
+    assert list(doc["answers"]) == ["urgent", "tags", "pii", "dog"]
+    assert doc["thresholds"] == {"tags": 0.3, "pii": 0.5} and doc["span_heads"] == {"pii": "pii"}
+    assert set(doc["answers"]["dog"]["box"]) == {"top", "bottom", "left", "right"}
+    card = heads.get("/v1/models").json()["models"][0]
+    assert card["features"] == ["noul", "choice", "score", "set", "span", "box", "track"] and card["card"]["presets"] == ["pii"]
