@@ -71,6 +71,7 @@ class DecisionConfig:
     prompt_layout: str = "d3"
     media: MediaConfig | None = None
     heads: Any = None  # heads.HeadsConfig, read by `_heads`
+    abstain_code: str | None = None  # the last code, offered beside the options as "rather not answer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +215,7 @@ _OPTIONAL: dict[str, Callable[[Any], Any]] = {
     "prompt_layout": _one_of("prompt_layout", PROMPT_LAYOUTS),
     "media": _media,
     "heads": _heads,
+    "abstain_code": _text("abstain_code"),
 }
 
 
@@ -236,6 +238,8 @@ def parse_decision_config(text: str) -> DecisionConfig:
     config = DecisionConfig(**fields)
     if len(config.token_ids) != len(config.codes):
         raise _fail(f"{DECISION_CONFIG} has {len(config.codes)} codes but {len(config.token_ids)} token_ids")
+    if config.abstain_code is not None and config.abstain_code != config.codes[-1]:
+        raise _fail(f"{DECISION_CONFIG} abstain_code {config.abstain_code!r} must be the last code ({config.codes[-1]!r}), so no option ever takes it")
     if config.validated_length is not None and config.validated_length > config.max_length:
         raise _fail(
             f"{DECISION_CONFIG} validated_length {config.validated_length} is above max_length {config.max_length}"

@@ -27,7 +27,7 @@ from sr_runtime.errors import CheckpointError, DecisionError, InvalidInput, Inva
 from sr_runtime.heads import Heads
 from sr_runtime.media import decode
 from sr_runtime.prompt import LAYOUTS, PromptTokens, encode_media_prompts
-from sr_runtime.readout import answer_from, code_probabilities, temperature_for
+from sr_runtime.readout import abstaining_probabilities, answer_from, code_probabilities, temperature_for
 from sr_runtime.state_cache import StateCache, state_key
 from sr_runtime.spans import decode_spans
 from sr_runtime.types import (
@@ -95,6 +95,7 @@ class _Asset:
     kind: str
     frames: torch.Tensor  # [G, hidden]: mean rows of each frame group (an image: one group)
     times: tuple[float, ...]  # seconds of each group's first frame
+    whole: bool  # every frame was read (a video longer than its sample is not)
 
 
 class Engine:
@@ -135,6 +136,11 @@ class Engine:
         self._strengths = strengths
         self.vision = vision
         self.heads = heads
+        # The abstain code is the last one; no option may take it.
+        self.abstain = len(config.codes) - 1 if config.abstain_code is not None else None
+        self.max_options = len(config.codes) - (self.abstain is not None)
+        self._hits: set[str] = set()
+        self._partial: set[int] = set()
 
     @classmethod
     def load(
@@ -169,9 +175,9 @@ class Engine:
             modalities=("text", "image", "video") if self.vision is not None else ("text",),
             presets=tuple(self.heads.config.presets) if self.heads is not None else (),
             limits=Limits(
-                max_options=len(config.codes),
+                max_options=self.max_options,
                 min_levels=MIN_LEVELS,
-                max_levels=min(MAX_LEVELS, len(config.codes)),
+                max_levels=min(MAX_LEVELS, self.max_options),
                 max_input_tokens=self.max_length,
                 media=None if config.media is None else MediaCardLimits(config.media.max_asset_bytes, config.media.max_side, config.media.max_video_frames),
             ),
@@ -184,7 +190,7 @@ class Engine:
     def _check(self, question: Question) -> int:
         """The question's option or label count, if this model can answer it."""
         n = len(coded_options(question))
-        codes = len(self.config.codes)
+        codes = self.max_options
         if question.type not in self.question_types:
             raise InvalidQuestion(f"this model does not answer {question.type} questions")
         if isinstance(question, ScoreQuestion) and not MIN_LEVELS <= n <= min(MAX_LEVELS, codes):
@@ -261,6 +267,8 @@ class Engine:
                 continue
             key = state_key(prompt.state, [(m.start, m.digest) for m in prompt.media])
             rows.append(_Row(index, q, prompt, key, label, video))
+        if not all(a.whole for a in media.values()):
+            self._partial.add(index)
         return [r for r in rows if slots[r.question] is None]
 
     def _media(self, request: DecisionRequest, state_block: str) -> dict[str, _Asset]:
@@ -273,9 +281,10 @@ class Engine:
         out = {}
         for placeholder in used:
             asset = request.media[placeholder]
-            pixels, times = decode(placeholder, asset, self.vision.limits)
+            pixels, times, total = decode(placeholder, asset, self.vision.limits)
             rows, frames = self.vision.rows_and_frames(pixels)
-            out[placeholder] = _Asset(rows, hashlib.sha256(asset.data).hexdigest(), asset.kind, frames, tuple(times[:: self.vision.temporal]))
+            digest = hashlib.sha256(asset.data).hexdigest()
+            out[placeholder] = _Asset(rows, digest, asset.kind, frames, tuple(times[:: self.vision.temporal]), total <= pixels.shape[0])
         return out
 
     # -- rows to hidden states --------------------------------------------------------------
@@ -306,6 +315,8 @@ class Engine:
             if state is None:
                 state = self.backbone.prefill(row.prompt.state, self.config.attention_mode, row.prompt.media)
                 self.state_cache.put(row.key, state)
+            else:
+                self._hits.add(row.key)
             states[row.key] = state
         return states
 
@@ -356,6 +367,8 @@ class Engine:
     def answer_batch(self, requests: list[DecisionRequest]) -> list[Result]:
         """Answers for each request, in question order; a QuestionError where one cannot be answered."""
         slots: list[list[Answer | QuestionError | None]] = [[None] * len(r.questions) for r in requests]
+        self._hits = set()  # states of this call found in the LRU
+        self._partial = set()  # requests of this call not read whole
         rows = [row for i, request in enumerate(requests) for row in self._rows(i, request, slots[i])]
         labels: dict[tuple[int, int], dict[int, float]] = {}  # a composite set's P(true) per label
         if rows:
@@ -376,7 +389,15 @@ class Engine:
             question = requests[i].questions[q]
             assert isinstance(question, SetQuestion)
             slots[i][q] = set_answer(question, [probs[l] for l in range(len(probs))], self._threshold(question), composite=True)
-        return [Result(tuple(s), _usage([r for r in rows if r.request == i])) for i, s in enumerate(slots)]  # type: ignore[arg-type]
+        return [
+            Result(
+                tuple(s),  # type: ignore[arg-type]
+                _usage([r for r in rows if r.request == i]),
+                state_cache_hit=any(r.key in self._hits for r in rows if r.request == i),
+                complete=i not in self._partial,
+            )
+            for i, s in enumerate(slots)
+        ]
 
     def _threshold(self, question: SetQuestion | SpanQuestion) -> float:
         if question.threshold is not None:
@@ -408,7 +429,7 @@ class Engine:
             frames, times = row.video
             boxes = self.heads.track(q, frames)
             return TrackAnswer(tuple((time, box) for time, (box, _) in zip(times, boxes)), sum(c for _, c in boxes) / len(boxes))
-        return answer_from(question, code_probabilities(logits, n, t))
+        return answer_from(question, *abstaining_probabilities(logits, n, t, self.abstain))
 
     def answer(self, request: DecisionRequest) -> Result:
         return self.answer_batch([request])[0]

@@ -42,20 +42,20 @@ class MediaRefused(InvalidInput):
         self.limit = limit
 
 
-def decode(placeholder: str, media: Media, limits: MediaLimits) -> tuple[torch.Tensor, list[float]]:
+def decode(placeholder: str, media: Media, limits: MediaLimits) -> tuple[torch.Tensor, list[float], int]:
     """[T, 3, H, W] float pixels in [0, 1] (one frame for an image, `limits.frames` for a video),
-    and each frame's time in seconds from the video's start."""
+    each frame's time in seconds from the video's start, and how many frames the asset has."""
     if len(media.data) > limits.max_asset_bytes:
         raise MediaRefused(
             placeholder, f"{len(media.data)} bytes, over the model's {limits.max_asset_bytes}", "asset_too_large", limits.max_asset_bytes
         )
-    frames, times = _video(placeholder, media.data, limits) if media.kind == "video" else ([_image(placeholder, media.data)], [0.0])
+    frames, times, total = _video(placeholder, media.data, limits) if media.kind == "video" else ([_image(placeholder, media.data)], [0.0], 1)
     for frame in frames:
         if max(frame.shape[:2]) > limits.max_side:
             h, w = frame.shape[:2]
             raise MediaRefused(placeholder, f"{w}x{h} pixels, over the model's {limits.max_side} per side", "resolution_too_large", limits.max_side)
     # [T, H, W, 3] uint8 -> [T, 3, H, W] in [0, 1]
-    return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).float() / 255.0, times
+    return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).float() / 255.0, times, total
 
 
 def _image(placeholder: str, data: bytes) -> np.ndarray:
@@ -66,7 +66,7 @@ def _image(placeholder: str, data: bytes) -> np.ndarray:
         raise MediaRefused(placeholder, "not a readable image (pillow knows no format in it)", "invalid_asset") from None
 
 
-def _video(placeholder: str, data: bytes, limits: MediaLimits) -> tuple[list[np.ndarray], list[float]]:
+def _video(placeholder: str, data: bytes, limits: MediaLimits) -> tuple[list[np.ndarray], list[float], int]:
     # Two passes, so only the sampled frames are ever held: count (up to the limit), then keep picks.
     try:
         with av.open(io.BytesIO(data)) as container:
@@ -89,4 +89,4 @@ def _video(placeholder: str, data: bytes, limits: MediaLimits) -> tuple[list[np.
     except av.error.FFmpegError as exc:
         raise MediaRefused(placeholder, f"not a readable video (FFmpeg: {exc.strerror})", "invalid_asset") from None
     order = np.linspace(0, count - 1, limits.frames).round().astype(int).tolist()
-    return [kept[i][0] for i in order], [float(kept[i][1]) for i in order]
+    return [kept[i][0] for i in order], [float(kept[i][1]) for i in order], count

@@ -71,6 +71,7 @@ class Preset:
     summary: str = ""
     vision: bool = False  # a Qwen3.5 vision tower: images and video
     heads: dict[str, Any] | None = None  # decision_config.json `heads`: trained heads beside the readout
+    abstain: bool = False  # the last code is an abstain code (decision_config.json abstain_code)
 
 
 PRESETS = {
@@ -98,8 +99,9 @@ PRESETS = {
         ),
         Preset(
             "hybrid-heads", "hybrid", "prefix_bidir", "d3", 1.0, validated_length=16384,
-            summary="Qwen3.5-style hybrid, prefix_bidir, with a set readout, a router span head and a pii span head",
+            summary="Qwen3.5-style hybrid, prefix_bidir, with a set readout, a router span head, a pii span head and an abstain code",
             heads={"set": True, "span": ["router"], "presets": {"pii": "span"}, "threshold": 0.5},
+            abstain=True,
         ),
         Preset(
             "hybrid-vision-heads", "hybrid", "prefix_bidir", "d3", 1.0, validated_length=16384,
@@ -261,6 +263,8 @@ def create(path: Path, preset_name: str, seed: int = 0, *, hidden: int = HIDDEN,
         decision["temperature_by_questions"] = preset.temperature_by_questions
     if preset.vision:
         decision["media"] = MEDIA
+    if preset.abstain:
+        decision["abstain_code"] = CODES[-1]
     if preset.heads is not None:
         decision["heads"] = preset.heads
         _create_heads(path, preset.heads, len(CODES), hidden, seed)

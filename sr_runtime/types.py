@@ -152,6 +152,7 @@ class DecisionRequest:
 @dataclass(frozen=True, slots=True)
 class NoulAnswer:
     noul: float
+    abstain_probability: float | None = None  # P(the model would rather not answer), with an abstain code
     type: QuestionType = field(default="noul", init=False)
 
 
@@ -160,6 +161,7 @@ class ChoiceAnswer:
     choice: str
     probabilities: tuple[tuple[str, float], ...]
     confidence: float
+    abstain_probability: float | None = None
     type: QuestionType = field(default="choice", init=False)
 
 
@@ -169,6 +171,7 @@ class ScoreAnswer:
     probabilities: tuple[float, ...]
     confidence: float
     legend: tuple[str, ...]
+    abstain_probability: float | None = None
     type: QuestionType = field(default="score", init=False)
 
 
@@ -289,6 +292,8 @@ class Result:
 
     answers: tuple[Answer | QuestionError, ...]
     usage: Usage
+    state_cache_hit: bool = False  # the state came from the LRU, computed by an earlier request
+    complete: bool = True  # every input token was read (false when a video was sampled)
 
 
 class DecisionEngine(Protocol):

@@ -78,7 +78,7 @@ async def answer(request: HttpRequest) -> Response:
         model.check(req.ir)
         plan = to_engine(req.ir, model.card, body.parts)
         outcome = await _answered(scheduler, plan, req.ir.deadline_ms, arrived)
-        meta = _meta(outcome) if (req.ir.options or {}).get("return_meta") is True else None
+        meta = _meta(outcome)
         reply = to_reply(plan, outcome.results if outcome else [], model.name, meta, legacy=req.schema == "vllm-sr/4.0")
         return Response(rt.codec.answer_success(req, reply), 200, media_type="application/json")
     except ClientDisconnect:

@@ -78,6 +78,7 @@ class ItemPlan:
     failures: Mapping[str, Failure] = field(default_factory=dict)
     full_input: frozenset[str] = frozenset()  # ids that asked require_full_input
     scan_budget: int | None = None  # options.max_tokens
+    return_meta: bool = False  # options.return_meta
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +101,11 @@ class _Refused(Exception):
 def to_engine(ir: Request | Batch, card: ModelCard, parts: Mapping[str, bytes] | None = None) -> EnginePlan:
     """``parts`` are a multipart body's uploaded assets by part name."""
     budget = _int_option(ir.options, "max_tokens")
-    return EnginePlan({name: _item(r, card, ir.long_context or r.long_context, budget, parts or {}) for name, r in items(ir)})
+    meta = (ir.options or {}).get("return_meta") is True
+    return EnginePlan({name: _item(r, card, ir.long_context or r.long_context, budget, meta, parts or {}) for name, r in items(ir)})
 
 
-def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None, parts: Mapping[str, bytes]) -> ItemPlan:
+def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None, meta: bool, parts: Mapping[str, bytes]) -> ItemPlan:
     assets, media = _assets(r, parts)
     media = media or _media_failure(r, card)
     ids: dict[str, str] = {}
@@ -128,7 +130,7 @@ def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None, p
         roles = r.roles.of(state) if r.roles.mode != "none" and isinstance(state, dict) else None
         request = DecisionRequest(state, tuple(questions), roles=roles, long_context=long_context, media=assets, lead=r.media)
     full = frozenset(q_id for q_id, q in r.questions.items() if q.extensions.get("require_full_input") is True)
-    return ItemPlan(ids, request, failures, full, budget)
+    return ItemPlan(ids, request, failures, full, budget, meta)
 
 
 def _assets(r: Request, parts: Mapping[str, bytes]) -> tuple[dict[str, Media], Failure | None]:
@@ -245,6 +247,9 @@ def _item_result(item: ItemPlan, result: Result | None, model: str, extras: Mapp
         over_budget = Failure(
             "scan_budget_exceeded", "scan_budget_exceeded", f"the model read {tokens} tokens, over the scan budget options.max_tokens = {item.scan_budget}"
         )
+    partial = None
+    if result is not None and not result.complete:
+        partial = Failure("invalid_input", "partial_input", "a video is read as the model's sample of its frames, not every frame, so the whole input was not read")
     engine_answers = iter(result.answers if result is not None else ())
     answers: list[tuple[str, Any]] = []
     members: dict[str, list[tuple[str, Any]]] = {"spans": [], "sets": [], "thresholds": [], "span_heads": []}
@@ -252,6 +257,8 @@ def _item_result(item: ItemPlan, result: Result | None, model: str, extras: Mapp
         answer: Answer | QuestionError | Failure = item.failures.get(q_id) or next(engine_answers)
         if over_budget is not None and not isinstance(answer, Failure):
             answer = over_budget
+        if partial is not None and q_id in item.full_input and not isinstance(answer, Failure):
+            answer = partial
         answers.append((q_id, _answer_doc(q_id, kind, answer, q_id in item.full_input)))
         if isinstance(answer, SetAnswer):
             members["sets"].append((q_id, JsonObject([("probabilities", JsonObject(answer.probabilities)), ("selected", answer.selected)])))
@@ -264,7 +271,11 @@ def _item_result(item: ItemPlan, result: Result | None, model: str, extras: Mapp
             members["span_heads"].append((q_id, answer.head))
     if legacy:
         members.pop("span_heads")
-    response = [(name, JsonObject(entries)) for name, entries in members.items() if entries] + list(extras.items())
+    response = [(name, JsonObject(entries)) for name, entries in members.items() if entries]
+    if item.return_meta:  # what was read and how, then the caller's timings
+        read = [("tokens_read", tokens), ("state_cache_hit", result is not None and result.state_cache_hit)]
+        response.append(("meta", JsonObject([*read, *dict(extras.get("meta") or {}).items()])))
+    response += [(k, v) for k, v in extras.items() if k != "meta"]
     usage = JsonObject([("input_tokens", tokens), ("output_tokens", 0)])
     return ItemResult(JsonObject(answers), usage, JsonObject(response), model)
 
@@ -286,8 +297,12 @@ def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, 
     members: list[tuple[str, Any]] = [("type", answer.type)]
     if isinstance(answer, NoulAnswer):
         members.append(("noul", answer.noul))
+        if answer.abstain_probability is not None:
+            members.append(("abstain_probability", answer.abstain_probability))
     elif isinstance(answer, ChoiceAnswer):
         members += [("choice", answer.choice), ("probabilities", JsonObject(answer.probabilities)), ("confidence", answer.confidence)]
+        if answer.abstain_probability is not None:
+            members.append(("abstain_probability", answer.abstain_probability))
     elif isinstance(answer, ScoreAnswer):
         members += [
             ("score", answer.score),
@@ -295,6 +310,8 @@ def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, 
             ("probabilities", JsonObject((str(i), p) for i, p in enumerate(answer.probabilities))),
             ("confidence", answer.confidence),
         ]
+        if answer.abstain_probability is not None:
+            members.append(("abstain_probability", answer.abstain_probability))
     elif isinstance(answer, BoxAnswer):
         members += [("box", _box_doc(answer.box)), ("confidence", answer.confidence)]
     elif isinstance(answer, TrackAnswer):

@@ -156,5 +156,5 @@ def test_other_routes_are_json_errors_naming_what_is_served(client: TestClient, 
 def test_return_meta_adds_timings_beside_the_answers(client: TestClient) -> None:
     response = client.post("/v1/systemone", json=body(options={"return_meta": True}))
     meta = response.json()["meta"]
-    assert set(meta) == {"queue_ms", "inference_ms", "batched_requests"} and meta["batched_requests"] >= 1
+    assert set(meta) == {"tokens_read", "state_cache_hit", "queue_ms", "inference_ms", "batched_requests"} and meta["batched_requests"] >= 1
 
