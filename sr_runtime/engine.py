@@ -27,7 +27,7 @@ from sr_runtime.errors import CheckpointError, DecisionError, InvalidInput, Inva
 from sr_runtime.heads import Heads
 from sr_runtime.media import decode
 from sr_runtime.prompt import LAYOUTS, PromptTokens, encode_media_prompts
-from sr_runtime.readout import abstaining_probabilities, answer_from, code_probabilities, temperature_for
+from sr_runtime.readout import SET_THRESHOLD, abstaining_probabilities, answer_from, code_probabilities, set_answer, temperature_for
 from sr_runtime.state_cache import StateCache, state_key
 from sr_runtime.spans import decode_spans
 from sr_runtime.types import (
@@ -45,7 +45,6 @@ from sr_runtime.types import (
     Result,
     QuestionType,
     ScoreQuestion,
-    SetAnswer,
     SetQuestion,
     SpanAnswer,
     SpanQuestion,
@@ -58,7 +57,6 @@ from sr_runtime.types import (
 from sr_runtime.vision import VisionTower
 
 DEFAULT_TOKEN_BUDGET = 16_384
-DEFAULT_THRESHOLD = 0.5  # a set read label by label: a label is chosen when P(it applies) >= 1/2
 DEFAULT_STATE_CACHE_BYTES = 512 * 2**20
 MIN_OPTIONS, MIN_LEVELS, MAX_LEVELS = 2, 2, 10
 
@@ -402,7 +400,7 @@ class Engine:
     def _threshold(self, question: SetQuestion | SpanQuestion) -> float:
         if question.threshold is not None:
             return question.threshold
-        return self.heads.config.threshold if self.heads is not None else DEFAULT_THRESHOLD
+        return self.heads.config.threshold if self.heads is not None else SET_THRESHOLD
 
     def _answer(
         self, request: DecisionRequest, question: Question, row: _Row, q: torch.Tensor, logits: torch.Tensor, t: float, states: dict[str, StateSnapshot]
@@ -444,12 +442,6 @@ def _one(question: Question, media: dict[str, _Asset]) -> tuple[torch.Tensor, tu
     if len(found) != 1:
         raise InvalidInput(f"a {question.type} question reads exactly one {kind} in the state, and this one has {len(found)}", reason=f"{question.type}_needs_one_{kind}")
     return found[0].frames, found[0].times
-
-
-def set_answer(question: SetQuestion, probs: Sequence[float], threshold: float, composite: bool) -> SetAnswer:
-    names = [o.key for o in coded_options(question)]
-    selected = tuple(name for name, p in zip(names, probs) if p >= threshold)
-    return SetAnswer(tuple(zip(names, probs)), selected, threshold, composite)
 
 
 def _usage(rows: Sequence[_Row]) -> Usage:

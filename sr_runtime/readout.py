@@ -15,6 +15,8 @@ import torch
 from sr_runtime.errors import InvalidModelOutput
 from sr_runtime.types import (
     Answer,
+    SetAnswer,
+    SetQuestion,
     ChoiceAnswer,
     ChoiceQuestion,
     NoulAnswer,
@@ -24,6 +26,9 @@ from sr_runtime.types import (
     coded_options,
     render_text,
 )
+
+
+SET_THRESHOLD = 0.5  # a set read label by label: a label is chosen when P(it applies) >= 1/2
 
 
 def temperature_for(
@@ -110,3 +115,10 @@ def answer_from(question: Question, probs: Sequence[float], abstain: float | Non
         legend=tuple(render_text(level) for level in question.levels),
         abstain_probability=abstain,
     )
+
+
+def set_answer(question: SetQuestion, probs: Sequence[float], threshold: float, composite: bool) -> SetAnswer:
+    """Each label's probability and the labels at or over the threshold, in label order."""
+    names = [o.key for o in coded_options(question)]
+    selected = tuple(name for name, p in zip(names, probs) if p >= threshold)
+    return SetAnswer(tuple(zip(names, probs)), selected, threshold, composite)
