@@ -11,7 +11,6 @@ path every other one is tested against.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +22,9 @@ from safetensors.torch import load_file
 
 from sr_runtime.backbone import Backbone, StateSnapshot
 from sr_runtime.checkpoint import READOUT, Checkpoint, DecisionConfig, read_checkpoint
-from sr_runtime.errors import CheckpointError, DecisionError, InvalidInput, InvalidQuestion, MaxLengthExceeded
+from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded
+from sr_runtime.assets import read_assets, the_one
 from sr_runtime.heads import Heads
-from sr_runtime.media import decode
 from sr_runtime.prompt import LAYOUTS, PromptTokens, encode_media_prompts
 from sr_runtime.readout import SET_THRESHOLD, abstaining_probabilities, answer_from, code_probabilities, set_answer, temperature_for
 from sr_runtime.state_cache import StateCache, state_key
@@ -82,18 +81,6 @@ class _Row:
     key: str
     label: int | None = None  # the label a composite set's row reads as a noul
     video: tuple[torch.Tensor, tuple[float, ...]] | None = None  # a track row's frame rows and times
-
-
-@dataclass(frozen=True, slots=True)
-class _Asset:
-    """One asset as the tower read it: its rows, digest, kind, and its frames' rows and times."""
-
-    rows: torch.Tensor  # [n, hidden]
-    digest: str
-    kind: str
-    frames: torch.Tensor  # [G, hidden]: mean rows of each frame group (an image: one group)
-    times: tuple[float, ...]  # seconds of each group's first frame
-    whole: bool  # every frame was read (a video longer than its sample is not)
 
 
 class Engine:
@@ -246,7 +233,7 @@ class Engine:
         units = [(q, label, unit) for q in ready for label, unit in self._units(request.questions[q])]
         blocks = [self.layout.question_block(unit, self.config.codes) for _, _, unit in units]
         try:
-            media = self._media(request, state_block)
+            media = read_assets(self.vision, request, state_block)
             rows_of = {p: (a.rows, a.digest) for p, a in media.items()}
             prompts = encode_media_prompts(self.checkpoint.tokenizer, state_block, rows_of, blocks, request.state_tokens)
         except DecisionError as exc:
@@ -259,7 +246,7 @@ class Engine:
             try:
                 if len(prompt) > limit:
                     raise MaxLengthExceeded(len(prompt), limit, self.max_length if limit < self.max_length else None)
-                video = _one(request.questions[q], media)
+                video = the_one(request.questions[q], media)
             except DecisionError as exc:
                 slots[q] = QuestionError.of(exc)
                 continue
@@ -268,22 +255,6 @@ class Engine:
         if not all(a.whole for a in media.values()):
             self._partial.add(index)
         return [r for r in rows if slots[r.question] is None]
-
-    def _media(self, request: DecisionRequest, state_block: str) -> dict[str, _Asset]:
-        """What the tower made of each asset the state block reads, once per request."""
-        used = [p for p in request.media if p in state_block]
-        if not used:
-            return {}
-        if self.vision is None:
-            raise InvalidInput("this model reads text only; the request carries media")
-        out = {}
-        for placeholder in used:
-            asset = request.media[placeholder]
-            pixels, times, total = decode(placeholder, asset, self.vision.limits)
-            rows, frames = self.vision.rows_and_frames(pixels)
-            digest = hashlib.sha256(asset.data).hexdigest()
-            out[placeholder] = _Asset(rows, digest, asset.kind, frames, tuple(times[:: self.vision.temporal]), total <= pixels.shape[0])
-        return out
 
     # -- rows to hidden states --------------------------------------------------------------
 
@@ -431,17 +402,6 @@ class Engine:
 
     def answer(self, request: DecisionRequest) -> Result:
         return self.answer_batch([request])[0]
-
-
-def _one(question: Question, media: dict[str, _Asset]) -> tuple[torch.Tensor, tuple[float, ...]] | None:
-    """A box question reads exactly one image, a track question exactly one video."""
-    if not isinstance(question, (BoxQuestion, TrackQuestion)):
-        return None
-    kind = "image" if isinstance(question, BoxQuestion) else "video"
-    found = [a for a in media.values() if a.kind == kind]
-    if len(found) != 1:
-        raise InvalidInput(f"a {question.type} question reads exactly one {kind} in the state, and this one has {len(found)}", reason=f"{question.type}_needs_one_{kind}")
-    return found[0].frames, found[0].times
 
 
 def _usage(rows: Sequence[_Row]) -> Usage:

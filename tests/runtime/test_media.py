@@ -168,3 +168,13 @@ def test_vllm_srun_answer_reads_a_request_with_an_image_and_a_video(checkpoints:
     path.write_text(json.dumps({"state": ["⟦img-1⟧", "x"], "assets": {"⟦img-1⟧": asset(b"nope")}, "questions": QUESTIONS}))
     refused = CliRunner().invoke(app, ["answer", str(checkpoints[PRESET]), str(path)])
     assert refused.exit_code == 1 and '"reason": "invalid_asset"' in refused.output
+
+
+def test_a_4_0_runtime_keeps_the_array_reading_of_media_before_an_element(engines: dict[str, Engine]) -> None:
+    """Seed 000: on 4.0 the array stays an array whose placeholder labels its asset (the image
+    stands inside the array's JSON text); 5.0 reads the element with the image before it."""
+    engine = engines[PRESET]
+    doc = {"state": ["⟦img-1⟧", "What is shown?"], "assets": {"⟦img-1⟧": asset(IMG)}, "questions": QUESTIONS}
+    legacy, current = respond(engine, doc, "vllm-sr/4.0"), respond(engine, doc)
+    assert legacy["usage"]["input_tokens"] > current["usage"]["input_tokens"]  # the array's brackets and quotes
+    assert max(abs(a - b) for a, b in zip(probabilities(legacy), probabilities(current))) > 100 * TOLERANCE
