@@ -170,9 +170,17 @@ def checkpoint_check(
     checkpoint = read_checkpoint(folder)
     config = checkpoint.config
     reading = "zero-shot (no decision_config.json)" if checkpoint.zero_shot else f"{len(config.codes)} codes"
+    extras = ""
+    if config.media is not None:
+        extras += ", media: image and video (vision/)"
+    if config.heads is not None:
+        heads = config.heads
+        named = [n for n, on in (("set", heads.set), ("box", heads.box), ("track", heads.track)) if on]
+        named += [f"span {name}" for name in heads.span] + [f"preset {p}" for p in heads.presets]
+        extras += f", heads: {', '.join(named) or 'none'}"
     typer.echo(
         f"{folder}: ok: {reading}, {config.attention_mode}, layout {config.prompt_layout}, "
-        f"max_length {config.max_length}, validated_length {config.validated_length}"
+        f"max_length {config.max_length}, validated_length {config.validated_length}{extras}"
     )
 
 

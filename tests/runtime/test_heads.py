@@ -165,3 +165,28 @@ def test_decisions_keeps_a_failing_questions_own_error_beside_the_answers(engine
     response = respond(engines["hybrid-heads"], doc, path="/v1/decisions")
     assert set(response["sets"]) == {"tags"} and "spans" not in response
     assert (response["answers"]["names"]["error"], response["answers"]["names"]["reason"]) == ("invalid_question", "unsupported_field")
+
+
+def test_checkpoint_check_names_the_media_and_heads_and_a_missing_head_tensor_stops_start_up(checkpoints: dict[str, Any], tmp_path: Any) -> None:
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+    from typer.testing import CliRunner
+
+    from sr_runtime.cli import app
+    from sr_runtime.errors import CheckpointError
+
+    shown = CliRunner().invoke(app, ["checkpoint", "check", str(checkpoints["hybrid-vision-heads"])])
+    assert shown.exit_code == 0 and shown.output.rstrip().endswith("media: image and video (vision/), heads: set, box, track, span router, span broad, preset pii")
+    broken = tmp_path / "broken"
+    shutil.copytree(checkpoints["hybrid-heads"], broken)
+    weights = load_file(str(broken / "heads.safetensors"))
+    del weights["span.router.bias"]
+    save_file(weights, str(broken / "heads.safetensors"))
+    with pytest.raises(CheckpointError, match=r"heads.safetensors span.router.bias has shape None, expected \(1,\)"):
+        Engine.load(broken)
+    blind = tmp_path / "blind"
+    shutil.copytree(checkpoints["hybrid-vision"], blind)
+    shutil.rmtree(blind / "vision")
+    with pytest.raises(CheckpointError, match="a vision tower needs both the vision/ folder and decision_config.json media"):
+        Engine.load(blind)
