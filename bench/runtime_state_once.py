@@ -3,26 +3,58 @@
 For 1, 4, 16 and 64 questions on states of 256, 2K and 8K tokens, one request each: the
 engine (state computed once per request, questions as rows from copies of it; no cross-request
 cache) against the reference path (each question one whole forward, dense mask, no cache).
-Prints figures and ratios; it never fails on time. DESIGN.md section 7's target: the
-16-question 2K-token request costs <= 1/4 of the reference.
+Then media rows on the same backbone with a vision tower (`hybrid-vision`): an image before a
+256-token text, and an image and a video before it, at 1, 4 and 16 questions. Prints figures
+and ratios; it never fails on time. DESIGN.md section 7's target: the 16-question 2K-token
+request costs <= 1/4 of the reference.
 
     .venv/bin/python bench/runtime_state_once.py [--preset hybrid-prefix-bidir] [--device cpu]
         [--hidden 64 --layers 4] [--states 256,2048,8192] [--questions 1,4,16,64]
+        [--media image,video --media-questions 1,4,16]
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import random
 import tempfile
 import time
 from pathlib import Path
 
+import av
+import numpy as np
 import torch
+from PIL import Image
 
 from sr_runtime.engine import Engine
 from sr_runtime.presets import CORPUS, create
-from sr_runtime.types import ChoiceQuestion, DecisionRequest, NoulQuestion, ScoreQuestion
+from sr_runtime.types import ChoiceQuestion, DecisionRequest, Media, NoulQuestion, ScoreQuestion
+
+
+def frame(seed: int, width: int, height: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    return np.stack([127 + 120 * np.sin(rng.uniform(0.02, 0.2) * (x + c * y) + rng.uniform(0, 6)) for c in range(3)], -1).astype(np.uint8)
+
+
+def photo(width: int = 640, height: int = 480) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(frame(1, width, height)).save(out, "JPEG")
+    return out.getvalue()
+
+
+def clip(seconds: int = 10, fps: int = 15, width: int = 320, height: int = 240) -> bytes:
+    out = io.BytesIO()
+    with av.open(out, "w", format="mp4") as container:
+        stream = container.add_stream("mpeg4", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for i in range(seconds * fps):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame(i, width, height), format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return out.getvalue()
 
 
 def state_text(engine: Engine, tokens: int, seed: int) -> str:
@@ -82,6 +114,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=None)
     parser.add_argument("--states", default="256,2048,8192")
     parser.add_argument("--questions", default="1,4,16,64")
+    parser.add_argument("--media", default="image,video", help="media rows: image, video (empty: none)")
+    parser.add_argument("--media-questions", default="1,4,16")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,6 +150,29 @@ def main() -> None:
                 if size == 2048 and n == 16:
                     verdict = "meets" if slow / fast >= 4 else "MISSES"
                     print(f"# 16 questions on a 2K state: {slow / fast:.1f}x faster than the reference ({verdict} the 4x target)")
+        if args.media:
+            media_rows(Path(tmp), args, options)
+
+
+def media_rows(tmp: Path, args: argparse.Namespace, options: dict) -> None:  # type: ignore[type-arg]
+    """The same comparison with media before a 256-token text, on the preset with a vision tower."""
+    path = create(tmp / "hybrid-vision", "hybrid-vision", seed=0, hidden=args.hidden, layers=args.layers)
+    engine, reference = Engine.load(path, **options), Engine.load(path, reference=True, **options)
+    text = state_text(engine, 256, seed=256)
+    assets = {"⟦img-1⟧": Media("image", photo(), "jpeg"), "⟦vid-1⟧": Media("video", clip(), "mp4")}
+    kinds = {"image": ("⟦img-1⟧",), "video": ("⟦img-1⟧", "⟦vid-1⟧")}  # "video": a 10 s video with an image
+    print(f"# media on hybrid-vision: a 640x480 JPEG; a 10 s 320x240 MP4 at 15 fps (sampled to 8 frames) with that image; then 256 text tokens")
+    for kind in [k for k in args.media.split(",") if k]:
+        lead = kinds[kind]
+        for n in (int(q) for q in args.media_questions.split(",")):
+            request = DecisionRequest(text, questions(n), media={p: assets[p] for p in lead}, lead=lead)
+            fast, fast_cpu, a = timed(engine, request, 3)
+            slow, slow_cpu, b = timed(reference, request, 3)
+            dp = max(abs(x - y) for p, q in zip(a.answers, b.answers) for x, y in zip(probs(p), probs(q)))  # type: ignore[attr-defined]
+            print(
+                f"{kind:>6} {n:>9} {fast:>13.3f} {slow:>12.3f} {fast / slow:>7.3f} {slow / fast:>8.1f}x "
+                f"{fast_cpu / slow_cpu:>9.3f} {dp:>10.2e}"
+            )
 
 
 if __name__ == "__main__":

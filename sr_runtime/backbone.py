@@ -24,6 +24,7 @@ from transformers.utils import logging as hf_logging
 
 from sr_runtime.errors import CheckpointError
 from sr_runtime.mask import AttentionMode, padded_prompt_mask, prompt_mask, question_rows_mask, state_mask
+from sr_runtime.prompt import MediaSpan
 
 BACKBONES = ("llama", "qwen3_5_text")
 LAYER_KINDS = ("full_attention", "linear_attention")
@@ -58,10 +59,12 @@ class StateSnapshot:
 
     length: int
     layers: tuple[LayerState, ...]
+    hidden: torch.Tensor  # [S, hidden]: the last layer's output on the state (span heads read it)
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for layer in self.layers for t in layer.tensors)
+        tensors = [t for layer in self.layers for t in layer.tensors] + [self.hidden]
+        return sum(t.numel() * t.element_size() for t in tensors)
 
 
 class Backbone:
@@ -121,13 +124,24 @@ class Backbone:
             ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
         return ids.to(self.device)
 
+    def _inputs(self, rows: Sequence[Sequence[int]], width: int, media: Sequence[Sequence[MediaSpan]] = ()) -> dict[str, torch.Tensor]:
+        """The model's inputs: token ids, or with media the embeddings, each asset's rows in place."""
+        ids = self._ids(rows, width)
+        if not any(media):
+            return {"input_ids": ids}
+        x = self.model.get_input_embeddings()(ids)  # [B, W, hidden]
+        for b, spans in enumerate(media):
+            for span in spans:
+                x[b, span.start : span.start + len(span)] = span.embeds.to(x.device, x.dtype)
+        return {"inputs_embeds": x}
+
     @torch.inference_mode()
-    def prefill(self, ids: Sequence[int], mode: AttentionMode) -> StateSnapshot:
+    def prefill(self, ids: Sequence[int], mode: AttentionMode, media: Sequence[MediaSpan] = ()) -> StateSnapshot:
         """Run a state block once and keep every layer's state at its end."""
         cache = DynamicCache(config=self.config)
         n = len(ids)
-        self.model.base_model(
-            input_ids=self._ids([ids], n),
+        out = self.model.base_model(
+            **self._inputs([ids], n, [media]),
             attention_mask=self._masks(state_mask(mode, n)[None, None]),
             past_key_values=cache,
             use_cache=True,
@@ -145,7 +159,7 @@ class Backbone:
             else:
                 assert isinstance(layer, CacheLayerMixin) and layer.keys is not None and layer.values is not None
                 layers.append(AttentionState(layer.keys, layer.values))
-        return StateSnapshot(n, tuple(layers))
+        return StateSnapshot(n, tuple(layers), out.last_hidden_state[0])
 
     def _rows_cache(self, states: Sequence[StateSnapshot], width: int) -> DynamicCache:
         """A cache holding one copy of each row's state; attention states right-padded to `width`."""
@@ -183,23 +197,27 @@ class Backbone:
         return out[torch.arange(len(questions), device=self.device), last]
 
     @torch.inference_mode()
-    def prompt_hidden(self, prompt: Sequence[int], state_len: int, mode: AttentionMode) -> torch.Tensor:
+    def prompt_hidden(self, prompt: Sequence[int], state_len: int, mode: AttentionMode, media: Sequence[MediaSpan] = ()) -> torch.Tensor:
         """[L, hidden]: every position of one whole prompt under its dense mask, no cache."""
         return self.model.base_model(
-            input_ids=self._ids([prompt], len(prompt)),
+            **self._inputs([prompt], len(prompt), [media]),
             attention_mask=self._masks(prompt_mask(mode, state_len, len(prompt) - state_len)[None, None]),
             use_cache=False,
         ).last_hidden_state[0]
 
     @torch.inference_mode()
     def prompt_rows(
-        self, prompts: Sequence[Sequence[int]], state_lens: Sequence[int], mode: AttentionMode
+        self,
+        prompts: Sequence[Sequence[int]],
+        state_lens: Sequence[int],
+        mode: AttentionMode,
+        media: Sequence[Sequence[MediaSpan]] = (),
     ) -> torch.Tensor:
         """[B, hidden]: whole prompts, no cache, each row under its own dense mask."""
         lens = [len(p) for p in prompts]
         width = max(lens)
         out = self.model.base_model(
-            input_ids=self._ids(prompts, width),
+            **self._inputs(prompts, width, media),
             attention_mask=self._masks(padded_prompt_mask(mode, list(state_lens), lens, width)),
             use_cache=False,
         ).last_hidden_state

@@ -39,6 +39,18 @@ ZERO_SHOT_CODES = tuple(chr(c) for c in range(ord("A"), ord("Z") + 1))
 
 
 @dataclass(frozen=True, slots=True)
+class MediaConfig:
+    """`media`: how frames reach the vision tower, and the card's limits on what a request sends."""
+
+    image_side: int  # longer side of an image as the tower reads it, in pixels
+    video_side: int  # the same for each sampled video frame
+    video_frames: int  # frames sampled evenly from every video
+    max_asset_bytes: int
+    max_side: int  # longest side, in pixels, of an image or video a request may send
+    max_video_frames: int  # frames a video may have
+
+
+@dataclass(frozen=True, slots=True)
 class DecisionConfig:
     """`decision_config.json`, checked. Field names are the file's."""
 
@@ -57,6 +69,9 @@ class DecisionConfig:
     validated_length: int | None = None
     temperature_by_questions: tuple[tuple[int, ...], tuple[float, ...]] | None = None
     prompt_layout: str = "d3"
+    media: MediaConfig | None = None
+    heads: Any = None  # heads.HeadsConfig, read by `_heads`
+    abstain_code: str | None = None  # the last code, offered beside the options as "rather not answer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +157,43 @@ def _by_questions(value: Any) -> tuple[tuple[int, ...], tuple[float, ...]]:
     return tuple(bounds), tuple(_temperature("temperature_by_questions.temperature entry", t) for t in temps)
 
 
+def _media(value: Any) -> MediaConfig:
+    names = list(MediaConfig.__dataclass_fields__)
+    if not isinstance(value, dict) or set(value) != set(names):
+        raise _fail(f"invalid {DECISION_CONFIG} media (expected an object with exactly {', '.join(names)})")
+    return MediaConfig(**{name: _int(f"media.{name}")(value[name]) for name in names})
+
+
+def _heads(value: Any) -> Any:
+    from sr_runtime.heads import HeadsConfig
+
+    shape = '{"set": true, "span": ["router", "broad"], "presets": {"pii": "span"}, "box": true, "track": false, "box_bins": 32, "threshold": 0.5}'
+    known = set(HeadsConfig.__dataclass_fields__)
+    if not isinstance(value, dict) or not set(value) <= known:
+        raise _fail(f"invalid {DECISION_CONFIG} heads (expected an object like {shape})")
+    for flag in ("set", "box", "track"):
+        if not isinstance(value.get(flag, False), bool):
+            raise _fail(f"invalid {DECISION_CONFIG} heads.{flag} {value[flag]!r} (must be true or false)")
+    span = value.get("span", [])
+    if not isinstance(span, list) or not set(span) <= {"router", "broad"} or len(set(span)) != len(span):
+        raise _fail(f"invalid {DECISION_CONFIG} heads.span {span!r} (a list of distinct span head names: router, broad)")
+    presets = value.get("presets", {})
+    if not isinstance(presets, dict) or not all(isinstance(k, str) and k and v == "span" for k, v in presets.items()):
+        raise _fail(f"invalid {DECISION_CONFIG} heads.presets {presets!r} (preset name -> \"span\", the type its head answers)")
+    threshold = value.get("threshold", 0.5)
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
+        raise _fail(f"invalid {DECISION_CONFIG} heads.threshold {threshold!r} (must be between 0 and 1)")
+    return HeadsConfig(
+        set=value.get("set", False),
+        span=tuple(span),
+        presets=dict(presets),
+        box=value.get("box", False),
+        track=value.get("track", False),
+        box_bins=_int("heads.box_bins")(value.get("box_bins", 32)),
+        threshold=float(threshold),
+    )
+
+
 # Every field this runtime reads, and its check. A field not listed here stops start-up.
 _REQUIRED: dict[str, Callable[[Any], Any]] = {
     "format_version": _one_of("format_version", FORMAT_VERSIONS),
@@ -161,6 +213,9 @@ _OPTIONAL: dict[str, Callable[[Any], Any]] = {
     "validated_length": _int("validated_length"),
     "temperature_by_questions": _by_questions,
     "prompt_layout": _one_of("prompt_layout", PROMPT_LAYOUTS),
+    "media": _media,
+    "heads": _heads,
+    "abstain_code": _text("abstain_code"),
 }
 
 
@@ -183,6 +238,8 @@ def parse_decision_config(text: str) -> DecisionConfig:
     config = DecisionConfig(**fields)
     if len(config.token_ids) != len(config.codes):
         raise _fail(f"{DECISION_CONFIG} has {len(config.codes)} codes but {len(config.token_ids)} token_ids")
+    if config.abstain_code is not None and config.abstain_code != config.codes[-1]:
+        raise _fail(f"{DECISION_CONFIG} abstain_code {config.abstain_code!r} must be the last code ({config.codes[-1]!r}), so no option ever takes it")
     if config.validated_length is not None and config.validated_length > config.max_length:
         raise _fail(
             f"{DECISION_CONFIG} validated_length {config.validated_length} is above max_length {config.max_length}"

@@ -142,7 +142,13 @@ def serve(
 @checkpoint_app.command("create")
 def checkpoint_create(
     folder: Annotated[Path, typer.Argument(help="Where to write the checkpoint (created if missing).", show_default=False)],
-    preset: Annotated[str, typer.Option(help="hybrid-prefix-bidir, hybrid-causal, hybrid-noncausal, llama-causal or llama-prefix-bidir.", show_default=False)],
+    preset: Annotated[
+        str,
+        typer.Option(
+            help="hybrid-prefix-bidir, hybrid-causal, hybrid-noncausal, llama-causal, llama-prefix-bidir, hybrid-vision, hybrid-heads or hybrid-vision-heads.",
+            show_default=False,
+        ),
+    ],
     seed: Annotated[int, typer.Option(help="Seed for the random weights; the same seed writes the same bytes.")] = 0,
 ) -> None:
     """Write a tiny random decision checkpoint (for tests and benchmarks)."""
@@ -164,9 +170,17 @@ def checkpoint_check(
     checkpoint = read_checkpoint(folder)
     config = checkpoint.config
     reading = "zero-shot (no decision_config.json)" if checkpoint.zero_shot else f"{len(config.codes)} codes"
+    extras = ""
+    if config.media is not None:
+        extras += ", media: image and video (vision/)"
+    if config.heads is not None:
+        heads = config.heads
+        named = [n for n, on in (("set", heads.set), ("box", heads.box), ("track", heads.track)) if on]
+        named += [f"span {name}" for name in heads.span] + [f"preset {p}" for p in heads.presets]
+        extras += f", heads: {', '.join(named) or 'none'}"
     typer.echo(
         f"{folder}: ok: {reading}, {config.attention_mode}, layout {config.prompt_layout}, "
-        f"max_length {config.max_length}, validated_length {config.validated_length}"
+        f"max_length {config.max_length}, validated_length {config.validated_length}{extras}"
     )
 
 

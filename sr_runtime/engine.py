@@ -23,23 +23,37 @@ from safetensors.torch import load_file
 from sr_runtime.backbone import Backbone, StateSnapshot
 from sr_runtime.checkpoint import READOUT, Checkpoint, DecisionConfig, read_checkpoint
 from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded
-from sr_runtime.prompt import LAYOUTS, PromptTokens, encode_prompts
-from sr_runtime.readout import answer_from, code_probabilities, temperature_for
+from sr_runtime.assets import read_assets, the_one
+from sr_runtime.heads import Heads
+from sr_runtime.prompt import LAYOUTS, PromptTokens, encode_media_prompts
+from sr_runtime.readout import SET_THRESHOLD, abstaining_probabilities, answer_from, code_probabilities, set_answer, temperature_for
 from sr_runtime.state_cache import StateCache, state_key
+from sr_runtime.spans import decode_spans
 from sr_runtime.types import (
     Answer,
+    BoxAnswer,
+    BoxQuestion,
     ChoiceQuestion,
     DecisionRequest,
     Limits,
+    MediaCardLimits,
     ModelCard,
     NoulQuestion,
     Question,
     QuestionError,
     Result,
+    QuestionType,
     ScoreQuestion,
+    SetQuestion,
+    SpanAnswer,
+    SpanQuestion,
+    TrackAnswer,
+    TrackQuestion,
     Usage,
     coded_options,
+    render_text,
 )
+from sr_runtime.vision import VisionTower
 
 DEFAULT_TOKEN_BUDGET = 16_384
 DEFAULT_STATE_CACHE_BYTES = 512 * 2**20
@@ -65,6 +79,8 @@ class _Row:
     question: int
     prompt: PromptTokens
     key: str
+    label: int | None = None  # the label a composite set's row reads as a noul
+    video: tuple[torch.Tensor, tuple[float, ...]] | None = None  # a track row's frame rows and times
 
 
 class Engine:
@@ -83,6 +99,8 @@ class Engine:
         reference: bool = False,
         description: str | None = None,
         strengths: str | None = None,
+        vision: VisionTower | None = None,
+        heads: Heads | None = None,
     ) -> None:
         config = checkpoint.config
         assert readout.shape == (len(config.codes), backbone.hidden_size)
@@ -101,6 +119,13 @@ class Engine:
         self.reference = reference
         self._description = description
         self._strengths = strengths
+        self.vision = vision
+        self.heads = heads
+        # The abstain code is the last one; no option may take it.
+        self.abstain = len(config.codes) - 1 if config.abstain_code is not None else None
+        self.max_options = len(config.codes) - (self.abstain is not None)
+        self._hits: set[str] = set()
+        self._partial: set[int] = set()
 
     @classmethod
     def load(
@@ -119,7 +144,10 @@ class Engine:
             readout = backbone.lm_head_rows(checkpoint.config.token_ids)
         else:
             readout = _load_readout(path, len(checkpoint.config.codes), backbone.hidden_size)
-        return cls(name or path.name, checkpoint, backbone, readout.to(backbone.device, readout_dtype), **options)
+        vision = VisionTower.load(path, checkpoint.config.media, backbone.device)
+        config = checkpoint.config
+        heads = None if config.heads is None else Heads.load(path, config.heads, len(config.codes), backbone.hidden_size, backbone.device)
+        return cls(name or path.name, checkpoint, backbone, readout.to(backbone.device, readout_dtype), vision=vision, heads=heads, **options)
 
     def card(self) -> ModelCard:
         config = self.config
@@ -128,14 +156,15 @@ class Engine:
             name=self.name,
             description=self._description
             or f"decision checkpoint on {config.base_model}: {config.attention_mode} attention, {reading}",
-            question_types=("noul", "choice", "score"),
-            modalities=("text",),
-            presets=(),
+            question_types=self.question_types,
+            modalities=("text", "image", "video") if self.vision is not None else ("text",),
+            presets=tuple(self.heads.config.presets) if self.heads is not None else (),
             limits=Limits(
-                max_options=len(config.codes),
+                max_options=self.max_options,
                 min_levels=MIN_LEVELS,
-                max_levels=min(MAX_LEVELS, len(config.codes)),
+                max_levels=min(MAX_LEVELS, self.max_options),
                 max_input_tokens=self.max_length,
+                media=None if config.media is None else MediaCardLimits(config.media.max_asset_bytes, config.media.max_side, config.media.max_video_frames),
             ),
             attention_mode=config.attention_mode,
             strengths=self._strengths or "not measured by this runtime: see the checkpoint's own documentation",
@@ -144,16 +173,51 @@ class Engine:
     # -- requests to rows -------------------------------------------------------------------
 
     def _check(self, question: Question) -> int:
-        """The question's option count, if this model can answer it."""
-        if not isinstance(question, (NoulQuestion, ChoiceQuestion, ScoreQuestion)):
-            raise InvalidQuestion(f"this model does not answer {type(question).__name__} questions")
+        """The question's option or label count, if this model can answer it."""
         n = len(coded_options(question))
-        codes = len(self.config.codes)
+        codes = self.max_options
+        if question.type not in self.question_types:
+            raise InvalidQuestion(f"this model does not answer {question.type} questions")
         if isinstance(question, ScoreQuestion) and not MIN_LEVELS <= n <= min(MAX_LEVELS, codes):
             raise InvalidQuestion(f"a score question needs {MIN_LEVELS} to {min(MAX_LEVELS, codes)} levels, not {n}")
         if isinstance(question, ChoiceQuestion) and not MIN_OPTIONS <= n <= codes:
             raise InvalidQuestion(f"a choice question needs {MIN_OPTIONS} to {codes} options on this model, not {n}")
+        if isinstance(question, (SetQuestion, SpanQuestion)) and not 1 <= n <= codes:
+            raise InvalidQuestion(f"a {question.type} question needs 1 to {codes} labels on this model, not {n}")
+        if isinstance(question, SpanQuestion):
+            self._span_head(question)
         return n
+
+    @property
+    def question_types(self) -> tuple[QuestionType, ...]:
+        """Every reading answers noul, choice, score, and set label by label; heads add the rest."""
+        types: list[QuestionType] = ["noul", "choice", "score", "set"]
+        heads = self.heads.config if self.heads is not None else None
+        if heads is not None and (heads.span or "span" in heads.presets.values()):
+            types.append("span")
+        if heads is not None and heads.box and self.vision is not None:
+            types.append("box")
+        if heads is not None and heads.track and self.vision is not None:
+            types.append("track")
+        return tuple(types)
+
+    def _span_head(self, question: SpanQuestion) -> str:
+        """The head that answers: the preset's trained head, else the one asked for, else router."""
+        assert self.heads is not None
+        heads = self.heads.config
+        if question.preset is not None and heads.presets.get(question.preset) == "span":
+            return question.preset
+        head = question.head or ("router" if "router" in heads.span else (heads.span or ("",))[0])
+        if head not in heads.span:
+            have = ", ".join(heads.span) or "none but its presets'"
+            raise InvalidQuestion(f"this model has no {head} span head (span heads: {have})", reason="unsupported_field")
+        return head
+
+    def _units(self, question: Question) -> list[tuple[int | None, Question]]:
+        """The rows a question needs: one, or one noul per label for a set read label by label."""
+        if isinstance(question, SetQuestion) and (self.heads is None or not self.heads.config.set):
+            return [(i, NoulQuestion(question.instructions, true=option.label)) for i, option in enumerate(coded_options(question))]
+        return [(None, question)]
 
     def _rows(self, index: int, request: DecisionRequest, slots: list[Answer | QuestionError | None]) -> list[_Row]:
         ready: list[int] = []
@@ -165,23 +229,32 @@ class Engine:
                 slots[q] = QuestionError.of(exc)
         if not ready:
             return []
-        state_block = self.layout.state_block(request.state)
-        blocks = [self.layout.question_block(request.questions[q], self.config.codes) for q in ready]
+        state_block = "".join(self.layout.state_parts(request.state, request.lead))
+        units = [(q, label, unit) for q in ready for label, unit in self._units(request.questions[q])]
+        blocks = [self.layout.question_block(unit, self.config.codes) for _, _, unit in units]
         try:
-            prompts = encode_prompts(self.checkpoint.tokenizer, state_block, blocks, request.state_tokens)
+            media = read_assets(self.vision, request, state_block)
+            rows_of = {p: (a.rows, a.digest) for p, a in media.items()}
+            prompts = encode_media_prompts(self.checkpoint.tokenizer, state_block, rows_of, blocks, request.state_tokens)
         except DecisionError as exc:
             for q in ready:
                 slots[q] = QuestionError.of(exc)
             return []
         rows = []
         limit = self.max_length if request.long_context else self.validated_length
-        for q, prompt in zip(ready, prompts):
-            if len(prompt) > limit:
-                beyond = self.max_length if limit < self.max_length else None
-                slots[q] = QuestionError.of(MaxLengthExceeded(len(prompt), limit, beyond))
-            else:
-                rows.append(_Row(index, q, prompt, state_key(prompt.state)))
-        return rows
+        for (q, label, _), prompt in zip(units, prompts):
+            try:
+                if len(prompt) > limit:
+                    raise MaxLengthExceeded(len(prompt), limit, self.max_length if limit < self.max_length else None)
+                video = the_one(request.questions[q], media)
+            except DecisionError as exc:
+                slots[q] = QuestionError.of(exc)
+                continue
+            key = state_key(prompt.state, [(m.start, m.digest) for m in prompt.media])
+            rows.append(_Row(index, q, prompt, key, label, video))
+        if not all(a.whole for a in media.values()):
+            self._partial.add(index)
+        return [r for r in rows if slots[r.question] is None]
 
     # -- rows to hidden states --------------------------------------------------------------
 
@@ -209,27 +282,43 @@ class Engine:
                 continue
             state = self.state_cache.get(row.key)
             if state is None:
-                state = self.backbone.prefill(row.prompt.state, self.config.attention_mode)
+                state = self.backbone.prefill(row.prompt.state, self.config.attention_mode, row.prompt.media)
                 self.state_cache.put(row.key, state)
+            else:
+                self._hits.add(row.key)
             states[row.key] = state
         return states
 
-    def _hidden(self, rows: Sequence[_Row]) -> torch.Tensor:
+    def _state_hidden(self, row: _Row, states: dict[str, StateSnapshot]) -> torch.Tensor:
+        """[S, hidden]: the last layer on the row's state, as its prompt's forward saw it."""
+        if row.key in states:
+            return states[row.key].hidden
+        prompt = row.prompt  # the reference path, or a mode whose state reads the question
+        whole = self.backbone.prompt_hidden(prompt.state + prompt.question, len(prompt.state), self.config.attention_mode, prompt.media)
+        return whole[: len(prompt.state)]
+
+    def _hidden(self, rows: Sequence[_Row]) -> tuple[torch.Tensor, dict[str, StateSnapshot]]:
         mode = self.config.attention_mode
         if self.reference:
             return torch.cat(
-                [self.backbone.prompt_rows([r.prompt.state + r.prompt.question], [len(r.prompt.state)], mode) for r in rows]
-            )
+                [
+                    self.backbone.prompt_rows([r.prompt.state + r.prompt.question], [len(r.prompt.state)], mode, [r.prompt.media])
+                    for r in rows
+                ]
+            ), {}
         if mode == "noncausal_full_attention":
             passes = self._passes(rows, lambda r: len(r.prompt))
             return torch.cat(
                 [
                     self.backbone.prompt_rows(
-                        [r.prompt.state + r.prompt.question for r in p], [len(r.prompt.state) for r in p], mode
+                        [r.prompt.state + r.prompt.question for r in p],
+                        [len(r.prompt.state) for r in p],
+                        mode,
+                        [r.prompt.media for r in p],
                     )
                     for p in passes
                 ]
-            )
+            ), {}
         states = self._states(rows)
         # Rows of one state sit together, so a pass pads little; answers do not depend on packing.
         order = sorted(range(len(rows)), key=lambda i: (len(rows[i].prompt.state), rows[i].key))
@@ -240,26 +329,76 @@ class Engine:
                 for p in self._passes(ordered, lambda r: len(r.prompt))
             ]
         )
-        return hidden[torch.tensor(order).argsort()]
+        return hidden[torch.tensor(order).argsort()], states
 
     # -- answers ----------------------------------------------------------------------------
 
     def answer_batch(self, requests: list[DecisionRequest]) -> list[Result]:
         """Answers for each request, in question order; a QuestionError where one cannot be answered."""
         slots: list[list[Answer | QuestionError | None]] = [[None] * len(r.questions) for r in requests]
+        self._hits = set()  # states of this call found in the LRU
+        self._partial = set()  # requests of this call not read whole
         rows = [row for i, request in enumerate(requests) for row in self._rows(i, request, slots[i])]
+        labels: dict[tuple[int, int], dict[int, float]] = {}  # a composite set's P(true) per label
         if rows:
-            logits = (self._hidden(rows).to(self.readout.dtype) @ self.readout.T).float().cpu()
-            for row, row_logits in zip(rows, logits):
+            hidden, states = self._hidden(rows)
+            logits = (hidden.to(self.readout.dtype) @ self.readout.T).float().cpu()
+            for row, q, row_logits in zip(rows, hidden, logits):
                 request = requests[row.request]
                 question = request.questions[row.question]
                 t = temperature_for(len(request.questions), self.config.temperature, self.config.temperature_by_questions)
                 try:
-                    probs = code_probabilities(row_logits, len(coded_options(question)), t)
-                    slots[row.request][row.question] = answer_from(question, probs)
+                    if row.label is not None:
+                        labels.setdefault((row.request, row.question), {})[row.label] = code_probabilities(row_logits, 2, t)[1]
+                        continue
+                    slots[row.request][row.question] = self._answer(request, question, row, q, row_logits, t, states)
                 except DecisionError as exc:
                     slots[row.request][row.question] = QuestionError.of(exc)
-        return [Result(tuple(s), _usage([r for r in rows if r.request == i])) for i, s in enumerate(slots)]  # type: ignore[arg-type]
+        for (i, q), probs in labels.items():
+            question = requests[i].questions[q]
+            assert isinstance(question, SetQuestion)
+            slots[i][q] = set_answer(question, [probs[l] for l in range(len(probs))], self._threshold(question), composite=True)
+        return [
+            Result(
+                tuple(s),  # type: ignore[arg-type]
+                _usage([r for r in rows if r.request == i]),
+                state_cache_hit=any(r.key in self._hits for r in rows if r.request == i),
+                complete=i not in self._partial,
+            )
+            for i, s in enumerate(slots)
+        ]
+
+    def _threshold(self, question: SetQuestion | SpanQuestion) -> float:
+        if question.threshold is not None:
+            return question.threshold
+        return self.heads.config.threshold if self.heads is not None else SET_THRESHOLD
+
+    def _answer(
+        self, request: DecisionRequest, question: Question, row: _Row, q: torch.Tensor, logits: torch.Tensor, t: float, states: dict[str, StateSnapshot]
+    ) -> Answer:
+        """One row's answer: the code readout, or the head its question type needs."""
+        n = len(coded_options(question))
+        if isinstance(question, SetQuestion):
+            assert self.heads is not None
+            return set_answer(question, self.heads.set_probabilities(q, n, t), self._threshold(question), composite=False)
+        if isinstance(question, SpanQuestion):
+            assert self.heads is not None
+            head = self._span_head(question)
+            probs = self.heads.span_probabilities(head, self._state_hidden(row, states), q, n).cpu()
+            text = render_text(request.state)
+            block = "".join(self.layout.state_parts(request.state, request.lead))
+            names = [o.key for o in coded_options(question)]
+            return SpanAnswer(decode_spans(probs, row.prompt.offsets, text, len(block) - len(text), names, self._threshold(question)), self._threshold(question), head)
+        if isinstance(question, BoxQuestion):
+            assert self.heads is not None
+            box, confidence = self.heads.box(q)
+            return BoxAnswer(box, confidence)
+        if isinstance(question, TrackQuestion):
+            assert self.heads is not None and row.video is not None
+            frames, times = row.video
+            boxes = self.heads.track(q, frames)
+            return TrackAnswer(tuple((time, box) for time, (box, _) in zip(times, boxes)), sum(c for _, c in boxes) / len(boxes))
+        return answer_from(question, *abstaining_probabilities(logits, n, t, self.abstain))
 
     def answer(self, request: DecisionRequest) -> Result:
         return self.answer_batch([request])[0]

@@ -18,9 +18,15 @@ class CheckpointError(Exception):
 
 
 class DecisionError(Exception):
-    """A question that cannot be answered."""
+    """A question that cannot be answered; `reason` is a fixed word where the code is too broad."""
 
     code = "invalid_input"
+    reason: str | None = None
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
 
 
 class InvalidQuestion(DecisionError):

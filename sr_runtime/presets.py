@@ -69,6 +69,9 @@ class Preset:
     temperature_by_questions: dict[str, list[Any]] | None = None
     validated_length: int | None = None
     summary: str = ""
+    vision: bool = False  # a Qwen3.5 vision tower: images and video
+    heads: dict[str, Any] | None = None  # decision_config.json `heads`: trained heads beside the readout
+    abstain: bool = False  # the last code is an abstain code (decision_config.json abstain_code)
 
 
 PRESETS = {
@@ -89,7 +92,35 @@ PRESETS = {
             "llama-prefix-bidir", "llama", "prefix_bidir", "header-v1", 1.0, validated_length=16384,
             summary="Llama-style, prefix_bidir, header-v1",
         ),
+        Preset(
+            "hybrid-vision", "hybrid", "prefix_bidir", "d3", 1.0, validated_length=16384,
+            summary="Qwen3.5-style hybrid with a Qwen3.5 vision tower (images, video), prefix_bidir",
+            vision=True,
+        ),
+        Preset(
+            "hybrid-heads", "hybrid", "prefix_bidir", "d3", 1.0, validated_length=16384,
+            summary="Qwen3.5-style hybrid, prefix_bidir, with a set readout, a router span head, a pii span head and an abstain code",
+            heads={"set": True, "span": ["router"], "presets": {"pii": "span"}, "threshold": 0.5},
+            abstain=True,
+        ),
+        Preset(
+            "hybrid-vision-heads", "hybrid", "prefix_bidir", "d3", 1.0, validated_length=16384,
+            summary="hybrid-vision plus a set readout, router and broad span heads, a pii span head, box and track heads",
+            vision=True,
+            heads={"set": True, "span": ["router", "broad"], "presets": {"pii": "span"}, "box": True, "track": True, "box_bins": 32, "threshold": 0.5},
+        ),
     )
+}
+
+# The tiny tower reads images at 48 px (3 x 3 rows of the backbone) and 8 frames of each video at
+# 32 px (4 x 2 x 2 rows); the limits are what a d3-like card would declare, scaled down.
+MEDIA = {
+    "image_side": 48,
+    "video_side": 32,
+    "video_frames": 8,
+    "max_asset_bytes": 8 * 2**20,
+    "max_side": 1024,
+    "max_video_frames": 300,
 }
 
 
@@ -204,6 +235,9 @@ def create(path: Path, preset_name: str, seed: int = 0, *, hidden: int = HIDDEN,
     model.save_pretrained(path)
     (path / "generation_config.json").unlink(missing_ok=True)
 
+    if preset.vision:
+        _create_vision(path, hidden, seed)
+
     generator = torch.Generator().manual_seed(seed + 1)
     readout = torch.randn(len(CODES), hidden, generator=generator) / math.sqrt(hidden)
     save_file({"weight": readout.contiguous()}, str(path / READOUT))
@@ -227,5 +261,49 @@ def create(path: Path, preset_name: str, seed: int = 0, *, hidden: int = HIDDEN,
         decision["validated_length"] = preset.validated_length
     if preset.temperature_by_questions is not None:
         decision["temperature_by_questions"] = preset.temperature_by_questions
+    if preset.vision:
+        decision["media"] = MEDIA
+    if preset.abstain:
+        decision["abstain_code"] = CODES[-1]
+    if preset.heads is not None:
+        decision["heads"] = preset.heads
+        _create_heads(path, preset.heads, len(CODES), hidden, seed)
     (path / DECISION_CONFIG).write_text(json.dumps(decision, indent=2) + "\n", encoding="utf-8")
     return path
+
+
+def _create_vision(path: Path, hidden: int, seed: int) -> None:
+    """A tiny random Qwen3.5 vision tower whose merger writes rows of the backbone's width."""
+    from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5VisionConfig
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5VisionModel
+
+    from sr_runtime.vision import VISION
+
+    config = Qwen3_5VisionConfig(
+        depth=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        patch_size=8,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        out_hidden_size=hidden,
+        num_position_embeddings=64,  # an 8 x 8 learned grid, resampled to each image's
+        # Larger than the usual 0.02, so an image moves answers as visibly as text does.
+        initializer_range=0.2,
+    )
+    torch.manual_seed(seed + 2)
+    Qwen3_5VisionModel(config).save_pretrained(path / VISION)
+
+
+def _create_heads(path: Path, heads: dict[str, Any], codes: int, hidden: int, seed: int) -> None:
+    """Random heads of the shapes `heads.HeadsConfig.tensors` names, scaled like the readout."""
+    from sr_runtime.checkpoint import _heads
+    from sr_runtime.heads import HEADS
+
+    generator = torch.Generator().manual_seed(seed + 3)
+    tensors = {
+        name: (torch.randn(shape, generator=generator) / math.sqrt(hidden)).contiguous()
+        for name, shape in sorted(_heads(heads).tensors(codes, hidden).items())
+    }
+    save_file(tensors, str(path / HEADS))

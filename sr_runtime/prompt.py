@@ -12,8 +12,10 @@ belongs to the question. Layouts are specified for operators in docs/runtime/pro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tokenizers import Tokenizer
 
@@ -27,6 +29,10 @@ _DEFAULT_INSTRUCTIONS = {
     "noul": "Is this true?",
     "choice": "Which option fits best?",
     "score": "Which level fits best?",
+    "set": "Which labels apply?",
+    "span": "Mark the parts of the state each label names.",
+    "box": "Locate the main object.",
+    "track": "Follow the main object.",
 }
 
 
@@ -47,9 +53,17 @@ class Layout:
     name: str
 
     def state_block(self, state: Text) -> str:
+        return "".join(self.state_parts(state))
+
+    def state_parts(self, state: Text, lead: Sequence[str] = ()) -> list[str]:
+        """The state block as text pieces, the media read before the state (`lead`) between them.
+
+        Seed 001: a state block is the system turn, the media, `State:` and the state. Without
+        lead media the pieces join to exactly the text-only state block.
+        """
         if self.name == "header-v1":
-            return f"### System\n{SYSTEM}\n\n### State\n{render_text(state)}"
-        return f"{SYSTEM}\n\nState:\n{render_text(state)}"
+            return [f"### System\n{SYSTEM}\n\n", *lead, f"### State\n{render_text(state)}"]
+        return [f"{SYSTEM}\n\n", *lead, f"State:\n{render_text(state)}"]
 
     def question_block(self, question: Question, codes: Sequence[str]) -> str:
         options = _option_lines(question, codes)
@@ -65,12 +79,35 @@ class Layout:
 LAYOUTS = {name: Layout(name) for name in ("d3", "header-v1")}
 
 
+# The id a media position carries: the backbone replaces its embedding with the tower's, so the
+# id itself is never read.
+MEDIA_TOKEN = 0
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class MediaSpan:
+    """An asset in a prompt: where its tokens start, the tower's rows for them, and its digest."""
+
+    start: int
+    embeds: Any  # torch.Tensor [n, hidden]
+    digest: str  # of the asset's bytes: two states are one only if their media are
+
+    def __len__(self) -> int:
+        return int(self.embeds.shape[0])
+
+
 @dataclass(frozen=True, slots=True)
 class PromptTokens:
-    """One question's prompt as tokens: the state block (S tokens) then the question block."""
+    """One question's prompt as tokens: the state block (S tokens) then the question block.
+
+    `media` are the state's assets, each standing at its place: MEDIA_TOKEN ids in `state`.
+    """
 
     state: tuple[int, ...]
     question: tuple[int, ...]
+    media: tuple[MediaSpan, ...] = ()
+    # Each state token's characters in the state block, end excluded; (-1, -1) for media tokens.
+    offsets: tuple[tuple[int, int], ...] = ()
 
     def __len__(self) -> int:
         return len(self.state) + len(self.question)
@@ -113,12 +150,67 @@ def encode_prompts(
     cut = first.offsets[size][0]
     tails = tokenizer.encode_batch([state_block[cut:] + block for block in question_blocks], add_special_tokens=False)
     if tails[0].ids == first.ids[size:]:
-        state = tuple(first.ids[:size])
-        return [PromptTokens(state, tuple(tail.ids)) for tail in tails]
+        state, offsets = tuple(first.ids[:size]), tuple(first.offsets[:size])
+        return [PromptTokens(state, tuple(tail.ids), offsets=offsets) for tail in tails]
     wholes = tokenizer.encode_batch([state_block + block for block in question_blocks], add_special_tokens=False)
     out = []
     for whole in wholes:
         own = state_block_size(whole.offsets, len(state_block))
         own = own if state_tokens is None else checked_state_tokens(state_tokens, own)
-        out.append(PromptTokens(tuple(whole.ids[:own]), tuple(whole.ids[own:])))
+        out.append(PromptTokens(tuple(whole.ids[:own]), tuple(whole.ids[own:]), offsets=tuple(whole.offsets[:own])))
     return out
+
+
+def split_placeholders(text: str, placeholders: Sequence[str]) -> list[str]:
+    """Text and placeholders in turn: [text, placeholder, text, ..., text] (texts may be empty)."""
+    if not placeholders:
+        return [text]
+    # Longest first, so a placeholder that contains another is matched whole.
+    pattern = "|".join(re.escape(p) for p in sorted(placeholders, key=len, reverse=True))
+    return re.split(f"({pattern})", text)
+
+
+def encode_media_prompts(
+    tokenizer: Tokenizer,
+    state_block: str,
+    media: Mapping[str, tuple[Any, str]],
+    question_blocks: Sequence[str],
+    state_tokens: object = None,
+) -> list[PromptTokens]:
+    """`encode_prompts` for a state block whose placeholders stand for media.
+
+    `media` maps each placeholder to the tower's rows for it and its digest. The text before
+    the last placeholder is tokenized piece by piece (an asset is a token boundary, as in every
+    VLM processor); the text after it is the state's end and meets the question block under the
+    state block size rule, exactly as in a text-only prompt.
+    """
+    pieces = split_placeholders(state_block, [p for p in media if p in state_block])
+    if len(pieces) == 1:
+        return encode_prompts(tokenizer, state_block, question_blocks, state_tokens)
+    if state_tokens is not None:
+        raise InvalidInput("a state size cannot be given for a state with media")
+    lead: list[int] = []
+    offsets: list[tuple[int, int]] = []
+    spans: list[MediaSpan] = []
+    at = 0  # characters of the state block before this piece
+    for i, piece in enumerate(pieces[:-1]):
+        if i % 2:  # a placeholder
+            embeds, digest = media[piece]
+            spans.append(MediaSpan(len(lead), embeds, digest))
+            lead += [MEDIA_TOKEN] * int(embeds.shape[0])
+            offsets += [(-1, -1)] * int(embeds.shape[0])
+        elif piece:
+            encoding = tokenizer.encode(piece, add_special_tokens=False)
+            lead += encoding.ids
+            offsets += [(a + at, b + at) for a, b in encoding.offsets]
+        at += len(piece)
+    tail = encode_prompts(tokenizer, pieces[-1], question_blocks) if pieces[-1] else _questions_alone(tokenizer, question_blocks)
+    return [
+        PromptTokens((*lead, *p.state), p.question, tuple(spans), (*offsets, *((a + at, b + at) for a, b in p.offsets)))
+        for p in tail
+    ]
+
+
+def _questions_alone(tokenizer: Tokenizer, question_blocks: Sequence[str]) -> list[PromptTokens]:
+    """A state that ends with an asset: each question block starts its own tokens."""
+    return [PromptTokens((), tuple(e.ids)) for e in tokenizer.encode_batch(list(question_blocks), add_special_tokens=False)]

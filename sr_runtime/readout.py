@@ -15,15 +15,21 @@ import torch
 from sr_runtime.errors import InvalidModelOutput
 from sr_runtime.types import (
     Answer,
+    SetAnswer,
+    SetQuestion,
     ChoiceAnswer,
     ChoiceQuestion,
     NoulAnswer,
     NoulQuestion,
     Question,
     ScoreAnswer,
+    ScoreQuestion,
     coded_options,
     render_text,
 )
+
+
+SET_THRESHOLD = 0.5  # a set read label by label: a label is chosen when P(it applies) >= 1/2
 
 
 def temperature_for(
@@ -45,13 +51,30 @@ def temperature_for(
 
 def code_probabilities(logits: torch.Tensor, n_options: int, temperature: float) -> list[float]:
     """Probabilities over the first `n_options` codes: mask the rest to -inf, divide by T, softmax."""
+    return abstaining_probabilities(logits, n_options, temperature, None)[0]
+
+
+def abstaining_probabilities(logits: torch.Tensor, n_options: int, temperature: float, abstain: int | None) -> tuple[list[float], float | None]:
+    """As `code_probabilities`, with the abstain code (when the checkpoint has one) offered too.
+
+    p = softmax over the n option codes and the abstain code; the options' probabilities are
+    then renormalized among themselves (they answer "if you must answer"), and p[abstain] is
+    the abstain probability.
+    """
     masked = logits.to(torch.float32).clone()
-    masked[n_options:] = float("-inf")
-    probs = torch.softmax(masked / temperature, dim=-1)[:n_options]
-    out = [float(p) for p in probs]
-    if not all(math.isfinite(p) for p in out):
+    keep = torch.zeros_like(masked, dtype=torch.bool)
+    keep[:n_options] = True
+    if abstain is not None:
+        keep[abstain] = True
+    masked[~keep] = float("-inf")
+    probs = torch.softmax(masked / temperature, dim=-1)
+    options, p_abstain = probs[:n_options], None if abstain is None else float(probs[abstain])
+    if abstain is not None:
+        options = options / options.sum()
+    out = [float(p) for p in options]
+    if not all(math.isfinite(p) for p in out) or (p_abstain is not None and not math.isfinite(p_abstain)):
         raise InvalidModelOutput("the readout produced a non-finite probability")
-    return out
+    return out, p_abstain
 
 
 def choice_confidence(probs: Sequence[float]) -> float:
@@ -73,10 +96,10 @@ def score_confidence(probs: Sequence[float]) -> float:
     return min(1.0, max(0.0, 1 - spread / d))
 
 
-def answer_from(question: Question, probs: Sequence[float]) -> Answer:
+def answer_from(question: Question, probs: Sequence[float], abstain: float | None = None) -> Answer:
     """The typed answer to `question` from its option probabilities (in code order)."""
     if isinstance(question, NoulQuestion):
-        return NoulAnswer(noul=probs[1])
+        return NoulAnswer(noul=probs[1], abstain_probability=abstain)
     if isinstance(question, ChoiceQuestion):
         keys = [o.key for o in coded_options(question)]
         best = max(range(len(keys)), key=lambda i: probs[i])
@@ -84,10 +107,21 @@ def answer_from(question: Question, probs: Sequence[float]) -> Answer:
             choice=keys[best],
             probabilities=tuple(zip(keys, probs)),
             confidence=choice_confidence(probs),
+            abstain_probability=abstain,
         )
+    if not isinstance(question, ScoreQuestion):
+        raise TypeError(f"{type(question).__name__} questions are not answered from option probabilities")
     return ScoreAnswer(
         score=sum(i * p for i, p in enumerate(probs)),
         probabilities=tuple(probs),
         confidence=score_confidence(probs),
         legend=tuple(render_text(level) for level in question.levels),
+        abstain_probability=abstain,
     )
+
+
+def set_answer(question: SetQuestion, probs: Sequence[float], threshold: float, composite: bool) -> SetAnswer:
+    """Each label's probability and the labels at or over the threshold, in label order."""
+    names = [o.key for o in coded_options(question)]
+    selected = tuple(name for name, p in zip(names, probs) if p >= threshold)
+    return SetAnswer(tuple(zip(names, probs)), selected, threshold, composite)

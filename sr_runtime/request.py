@@ -11,6 +11,7 @@ scripts and tests the engine's view of one request (its ids and DecisionRequest)
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,8 +33,11 @@ def answer(engine: DecisionEngine, req: ClientRequest) -> bytes:
     card = engine.card()
     ServedModel(engine.name, card, "").check(req.ir)
     plan = to_engine(req.ir, card)
+    started = time.monotonic()
     results = engine.answer_batch(plan.requests) if plan.requests else []
-    return REGISTRY.listener(req.schema).answer_success(req, to_reply(plan, results, engine.name))
+    timings = {"queue_ms": 0.0, "inference_ms": round((time.monotonic() - started) * 1000, 3), "batched_requests": len(plan.requests)}
+    reply = to_reply(plan, results, engine.name, {"meta": timings}, legacy=req.schema == "vllm-sr/4.0")
+    return REGISTRY.listener(req.schema).answer_success(req, reply)
 
 
 # What every model here answers; read_request checks a request against it, not against one model.

@@ -15,12 +15,17 @@ from dataclasses import dataclass
 from sr_runtime.backbone import StateSnapshot
 
 
-def state_key(state_ids: Sequence[int]) -> str:
-    """sha256 of the state block's token ids, with its size."""
+def state_key(state_ids: Sequence[int], media: Sequence[tuple[int, str]] = ()) -> str:
+    """sha256 of the state block's token ids, with its size and each asset's place and digest.
+
+    A media position's id is a stand-in, so the asset's own digest is what tells two states apart.
+    """
     digest = hashlib.sha256()
     digest.update(len(state_ids).to_bytes(8, "little"))
     for token in state_ids:
         digest.update(token.to_bytes(4, "little"))
+    for start, asset in media:
+        digest.update(start.to_bytes(8, "little") + asset.encode("ascii"))
     return f"{digest.hexdigest()}:{len(state_ids)}"
 
 

@@ -15,7 +15,8 @@ from sr_runtime.errors import DecisionError
 
 # Structured text: the standard lets a state, instructions and descriptions be objects or arrays.
 Text: TypeAlias = Union[str, dict, list]
-QuestionType = Literal["noul", "choice", "score"]
+QuestionType = Literal["noul", "choice", "score", "set", "span", "box", "track"]
+MediaKind = Literal["image", "video"]
 
 
 def render_text(value: Text) -> str:
@@ -53,7 +54,46 @@ class ScoreQuestion:
     type: QuestionType = field(default="score", init=False)
 
 
-Question: TypeAlias = Union[NoulQuestion, ChoiceQuestion, ScoreQuestion]
+@dataclass(frozen=True, slots=True)
+class SetQuestion:
+    """Any number of labels apply; `threshold` replaces the model's own (seed 002)."""
+
+    labels: tuple[tuple[str, Text | None], ...]
+    instructions: Text | None = None
+    threshold: float | None = None
+    preset: str | None = None
+    type: QuestionType = field(default="set", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SpanQuestion:
+    """Mark labelled parts of the state; `head` picks a span head (router or broad)."""
+
+    labels: tuple[tuple[str, Text | None], ...]
+    instructions: Text | None = None
+    threshold: float | None = None
+    head: str | None = None
+    preset: str | None = None
+    type: QuestionType = field(default="span", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class BoxQuestion:
+    """Locate what the instructions describe in the request's image."""
+
+    instructions: Text | None = None
+    type: QuestionType = field(default="box", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TrackQuestion:
+    """Follow what the instructions describe through the request's video, frame by frame."""
+
+    instructions: Text | None = None
+    type: QuestionType = field(default="track", init=False)
+
+
+Question: TypeAlias = Union[NoulQuestion, ChoiceQuestion, ScoreQuestion, SetQuestion, SpanQuestion, BoxQuestion, TrackQuestion]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +114,28 @@ def coded_options(question: Question) -> tuple[Option, ...]:
         return tuple(
             Option(name, name if desc is None else f"{name}: {render_text(desc)}") for name, desc in question.options
         )
+    if isinstance(question, (SetQuestion, SpanQuestion)):  # labels, each with its own code
+        return tuple(Option(name, name if desc is None else f"{name}: {render_text(desc)}") for name, desc in question.labels)
+    if isinstance(question, (BoxQuestion, TrackQuestion)):
+        return ()
     return tuple(Option(str(i), render_text(level)) for i, level in enumerate(question.levels))
+
+
+@dataclass(frozen=True, slots=True)
+class Media:
+    """One asset as the request gave it: its kind, its bytes and the format it claims."""
+
+    kind: MediaKind
+    data: bytes
+    format: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class DecisionRequest:
     """One state and its questions. `state_tokens` is a caller-given state block size (an int).
 
-    `roles` maps keys of an object state to `user`, `context` or `answer` (seed 002); each family
+    `media` are the request's assets by placeholder: each stands where its placeholder occurs in
+    the state, and those in `lead` stand before the state. `roles` maps keys of an object state to `user`, `context` or `answer` (seed 002); each family
     reads them its own way, and None means the whole state is the user's. `long_context` is the
     client's opt-in to prompts longer than the length the model was validated at.
     """
@@ -91,11 +145,14 @@ class DecisionRequest:
     state_tokens: int | None = None
     roles: Mapping[str, str] | None = None
     long_context: bool = False
+    media: Mapping[str, Media] = field(default_factory=dict)  # placeholder -> asset
+    lead: tuple[str, ...] = ()  # placeholders read before the state (seed 002's media rule)
 
 
 @dataclass(frozen=True, slots=True)
 class NoulAnswer:
     noul: float
+    abstain_probability: float | None = None  # P(the model would rather not answer), with an abstain code
     type: QuestionType = field(default="noul", init=False)
 
 
@@ -104,6 +161,7 @@ class ChoiceAnswer:
     choice: str
     probabilities: tuple[tuple[str, float], ...]
     confidence: float
+    abstain_probability: float | None = None
     type: QuestionType = field(default="choice", init=False)
 
 
@@ -113,10 +171,66 @@ class ScoreAnswer:
     probabilities: tuple[float, ...]
     confidence: float
     legend: tuple[str, ...]
+    abstain_probability: float | None = None
     type: QuestionType = field(default="score", init=False)
 
 
-Answer: TypeAlias = Union[NoulAnswer, ChoiceAnswer, ScoreAnswer]
+@dataclass(frozen=True, slots=True)
+class SetAnswer:
+    """Each label's probability and those at or over the threshold; `composite` when each label
+    was read as its own noul (then each also answers as `<question>.<label>`)."""
+
+    probabilities: tuple[tuple[str, float], ...]
+    selected: tuple[str, ...]
+    threshold: float
+    composite: bool
+    type: QuestionType = field(default="set", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    label: str
+    start: int  # characters of the state text, end excluded
+    end: int
+    text: str
+    probability: float
+
+
+@dataclass(frozen=True, slots=True)
+class SpanAnswer:
+    spans: tuple[Span, ...]
+    threshold: float
+    head: str
+    type: QuestionType = field(default="span", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Box:
+    """Edges as fractions (0-1) of the image's height (top, bottom) and width (left, right)."""
+
+    top: float
+    bottom: float
+    left: float
+    right: float
+
+
+@dataclass(frozen=True, slots=True)
+class BoxAnswer:
+    box: Box
+    confidence: float | None
+    type: QuestionType = field(default="box", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TrackAnswer:
+    """One box per sampled moment of the video: (seconds from its start, box)."""
+
+    track: tuple[tuple[float, Box], ...]
+    confidence: float | None
+    type: QuestionType = field(default="track", init=False)
+
+
+Answer: TypeAlias = Union[NoulAnswer, ChoiceAnswer, ScoreAnswer, SetAnswer, SpanAnswer, BoxAnswer, TrackAnswer]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +239,11 @@ class QuestionError:
 
     code: str
     message: str
+    reason: str | None = None
 
     @classmethod
     def of(cls, error: DecisionError) -> QuestionError:
-        return cls(error.code, str(error))
+        return cls(error.code, str(error), error.reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,11 +255,21 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class MediaCardLimits:
+    """What a request's assets may be on a model that reads media."""
+
+    max_asset_bytes: int
+    max_side: int  # pixels, the longer side of an image or video
+    max_video_frames: int
+
+
+@dataclass(frozen=True, slots=True)
 class Limits:
     max_options: int
     min_levels: int
     max_levels: int
     max_input_tokens: int
+    media: MediaCardLimits | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +292,8 @@ class Result:
 
     answers: tuple[Answer | QuestionError, ...]
     usage: Usage
+    state_cache_hit: bool = False  # the state came from the LRU, computed by an earlier request
+    complete: bool = True  # every input token was read (false when a video was sampled)
 
 
 class DecisionEngine(Protocol):

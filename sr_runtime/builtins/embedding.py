@@ -5,6 +5,8 @@ encoded as the question's instructions followed by `name: description` (a score 
 instructions and the level); the answer is a softmax over cosine similarities with a fixed temperature. Embeddings cannot read "no", so
 noul is read as relevance: P(true) = sigmoid((cos(state, instructions + true criterion) - b) / t),
 with b and t fitted on bench/data/labelled.jsonl (docs/runtime/builtin-models.md has the figures).
+A set is read label by label, each label that relevance noul ("is the state about this label?"),
+which is what topic tags ask; its labels also answer as nouls under `<question>.<label>`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded
-from sr_runtime.readout import answer_from
+from sr_runtime.readout import SET_THRESHOLD, answer_from, set_answer
 from sr_runtime.types import (
     Answer,
     ChoiceQuestion,
@@ -30,7 +32,9 @@ from sr_runtime.types import (
     QuestionError,
     Result,
     ScoreQuestion,
+    SetQuestion,
     Usage,
+    coded_options,
     render_text,
 )
 
@@ -48,8 +52,8 @@ MAX_STATE_TOKENS = 32_768
 MAX_OPTIONS, MIN_LEVELS, MAX_LEVELS = 255, 2, 10
 STRENGTHS = (
     "choice and score questions whose options name the topic of the state (routing, moderation "
-    "categories, sentiment, urgency); noul only as relevance (is the state about what the question "
-    "asks?), never negation or fine judgement"
+    "categories, sentiment, urgency); noul and set labels only as relevance (is the state about what "
+    "the question or label names?), never negation or fine judgement"
 )
 
 
@@ -111,7 +115,7 @@ class EmbeddingEngine:
         return ModelCard(
             name=NAME,
             description="zero-shot embedding family on all-MiniLM-L6-v2: cosine similarity between the state and each option",
-            question_types=("noul", "choice", "score"),
+            question_types=("noul", "choice", "score", "set"),
             modalities=("text",),
             presets=(),
             limits=Limits(MAX_OPTIONS, MIN_LEVELS, MAX_LEVELS, self.max_length),
@@ -160,6 +164,13 @@ class EmbeddingEngine:
         lead = render_text(question.instructions) + " " if question.instructions is not None else ""
         if isinstance(question, NoulQuestion):
             return self._noul(state, question, lead)
+        if isinstance(question, SetQuestion):
+            if not 1 <= len(question.labels) <= MAX_OPTIONS:
+                raise InvalidQuestion(f"a set question needs 1 to {MAX_OPTIONS} labels, not {len(question.labels)}")
+            labels = [self._noul(state, NoulQuestion(question.instructions, true=o.label), lead) for o in coded_options(question)]
+            probs = [a.noul for a, _ in labels]  # type: ignore[union-attr]
+            threshold = SET_THRESHOLD if question.threshold is None else question.threshold
+            return set_answer(question, probs, threshold, composite=True), sum(n for _, n in labels)
         if isinstance(question, ChoiceQuestion):
             n = len(question.options)
             if not 2 <= n <= MAX_OPTIONS:
@@ -174,8 +185,8 @@ class EmbeddingEngine:
             raise InvalidQuestion(f"this model does not answer {type(question).__name__} questions")
         embedded = [self.embed(t) for t in texts]
         cosines = torch.stack([e for e, _ in embedded]) @ state
-        probs = torch.softmax(cosines / CHOICE_TEMPERATURE, dim=-1)
-        return answer_from(question, [float(p) for p in probs]), sum(n for _, n in embedded)
+        softmax = torch.softmax(cosines / CHOICE_TEMPERATURE, dim=-1)
+        return answer_from(question, [float(p) for p in softmax]), sum(n for _, n in embedded)
 
     def _noul(self, state: torch.Tensor, question: NoulQuestion, lead: str) -> tuple[Answer, int]:
         if question.true is not None or question.instructions is not None:

@@ -76,11 +76,10 @@ async def answer(request: HttpRequest) -> Response:
             check_parts(req.ir, body)
         model, scheduler = rt.ready()
         model.check(req.ir)
-        plan = to_engine(req.ir, model.card)
+        plan = to_engine(req.ir, model.card, body.parts)
         outcome = await _answered(scheduler, plan, req.ir.deadline_ms, arrived)
-        options = req.ir.options
-        meta = _meta(outcome) if options is not None and options.get("return_meta") is True else None
-        reply = to_reply(plan, outcome.results if outcome else [], model.name, meta)
+        meta = _meta(outcome)
+        reply = to_reply(plan, outcome.results if outcome else [], model.name, meta, legacy=req.schema == "vllm-sr/4.0")
         return Response(rt.codec.answer_success(req, reply), 200, media_type="application/json")
     except ClientDisconnect:
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it; the metrics count it as such

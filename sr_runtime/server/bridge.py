@@ -13,6 +13,8 @@ the `state_text` deviation sends); how a family reads roles is the engine's busi
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,12 +22,16 @@ from typing import Any
 from sr_control.systemone import Batch, ItemResult, Reply, Request
 from sr_control.systemone.generated.fields import PRESETS
 from sr_control.systemone.ir import MISSING, Question, items
-from sr_control.systemone.jsontext import JsonObject, Number, plain
+from sr_control.systemone.jsontext import JsonObject, Number, plain, strings
 from sr_runtime.types import (
     Answer,
+    Box,
+    BoxAnswer,
+    BoxQuestion,
     ChoiceAnswer,
     ChoiceQuestion,
     DecisionRequest,
+    Media,
     ModelCard,
     NoulAnswer,
     NoulQuestion,
@@ -33,6 +39,13 @@ from sr_runtime.types import (
     Result,
     ScoreAnswer,
     ScoreQuestion,
+    SetAnswer,
+    SetQuestion,
+    Span,
+    SpanAnswer,
+    SpanQuestion,
+    TrackAnswer,
+    TrackQuestion,
 )
 from sr_runtime.types import Question as EngineQuestion
 
@@ -40,6 +53,8 @@ from sr_runtime.types import Question as EngineQuestion
 REFUSED_FIELDS = {
     "over": "reads only some state keys (a Vela field; Decision-style families refuse it)",
     "decision_adapter": "names an adapter, and this model loads none",
+    "at": "looks at one moment of a video; here a box reads an image and a track every sampled frame",
+    "rate": "sets the frames per second a track reads; here a track reads the checkpoint's fixed sample of frames",
 }
 # Fixed words for the `reason` of each engine error code.
 REASONS = {"invalid_question": "question_malformed"}
@@ -63,6 +78,7 @@ class ItemPlan:
     failures: Mapping[str, Failure] = field(default_factory=dict)
     full_input: frozenset[str] = frozenset()  # ids that asked require_full_input
     scan_budget: int | None = None  # options.max_tokens
+    return_meta: bool = False  # options.return_meta
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +98,16 @@ class _Refused(Exception):
 # ---------------------------------------------------------------------------- IR -> engine
 
 
-def to_engine(ir: Request | Batch, card: ModelCard) -> EnginePlan:
+def to_engine(ir: Request | Batch, card: ModelCard, parts: Mapping[str, bytes] | None = None) -> EnginePlan:
+    """``parts`` are a multipart body's uploaded assets by part name."""
     budget = _int_option(ir.options, "max_tokens")
-    return EnginePlan({name: _item(r, card, ir.long_context or r.long_context, budget) for name, r in items(ir)})
+    meta = ir.options is not None and ir.options.get("return_meta") is True
+    return EnginePlan({name: _item(r, card, ir.long_context or r.long_context, budget, meta, parts or {}) for name, r in items(ir)})
 
 
-def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None) -> ItemPlan:
-    media = _media_failure(r, card)
+def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None, meta: bool, parts: Mapping[str, bytes]) -> ItemPlan:
+    assets, media = _assets(r, parts)
+    media = media or _media_failure(r, card)
     ids: dict[str, str] = {}
     questions: list[EngineQuestion] = []
     failures: dict[str, Failure] = {}
@@ -99,6 +118,7 @@ def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None) -
             question = _engine_question(q, card)
             if media is not None:
                 raise _Refused(media)
+            _no_media_in(q, r.assets)
         except _Refused as refused:
             failures[q_id] = refused.failure
         else:
@@ -108,9 +128,39 @@ def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None) -
     if questions:
         state = plain(r.state)
         roles = r.roles.of(state) if r.roles.mode != "none" and isinstance(state, dict) else None
-        request = DecisionRequest(state, tuple(questions), roles=roles, long_context=long_context)
+        request = DecisionRequest(state, tuple(questions), roles=roles, long_context=long_context, media=assets, lead=r.media)
     full = frozenset(q_id for q_id, q in r.questions.items() if q.extensions.get("require_full_input") is True)
-    return ItemPlan(ids, request, failures, full, budget)
+    return ItemPlan(ids, request, failures, full, budget, meta)
+
+
+def _assets(r: Request, parts: Mapping[str, bytes]) -> tuple[dict[str, Media], Failure | None]:
+    """Each asset's bytes, inline (base64) or uploaded (a multipart part); a Failure if one is unusable."""
+    out: dict[str, Media] = {}
+    for placeholder, asset in r.assets.items():
+        members = asset.members
+        part = members.get("part")
+        if part is not None:  # the standard: with part set, data_base64 is ignored
+            if part not in parts:
+                return {}, Failure("invalid_input", "invalid_asset", f"asset {placeholder!r} names the multipart part {part!r}, and the body has none")
+            data = parts[part]
+        else:
+            try:
+                data = base64.b64decode(str(members.get("data_base64", "")), validate=True)
+            except binascii.Error:
+                return {}, Failure("invalid_input", "invalid_asset", f"asset {placeholder!r}: data_base64 is not base64")
+        fmt = members.get("format")
+        out[placeholder] = Media(asset.type, data, None if fmt is None else str(fmt))  # type: ignore[arg-type]
+    return out, None
+
+
+def _no_media_in(q: Question, assets: Mapping[str, Any]) -> None:
+    """Placeholders in instructions or criteria: no model here reads media inside a question."""
+    texts = [*strings(q.instructions), *strings(q.criteria)]
+    inside = sorted(p for p in assets if any(p in t for t in texts))
+    if inside:
+        raise _Refused(
+            Failure("invalid_question", "media_in_question", f"this model reads media in the state only, not {', '.join(inside)} in the question")
+        )
 
 
 def _media_failure(r: Request, card: ModelCard) -> Failure | None:
@@ -132,7 +182,12 @@ def _engine_question(q: Question, card: ModelCard) -> EngineQuestion:
     if q.extensions.get("overflow") == "truncate":
         raise _Refused(Failure("invalid_question", "unsupported_field", "this model reads every part whole and never truncates (overflow: window)"))
     instructions, criteria = q.instructions, q.criteria
-    if q.preset_only:  # a 4.0 preset-only question: answered zero-shot from the canonical texts
+    if q.preset_only:  # a 4.0 preset-only question: only a model trained on the preset can answer it
+        if q.preset not in card.presets:
+            trained = ", ".join(card.presets) or "none"
+            raise _Refused(
+                Failure("invalid_question", "unsupported_preset", f"this model has no head trained on preset {q.preset!r} (its presets: {trained}), and the question has no instructions or criteria of its own")
+            )
         preset = PRESETS[q.preset or ""]
         instructions, criteria = preset["instructions"], preset.get("criteria", MISSING)
     text = _text(instructions)
@@ -141,7 +196,23 @@ def _engine_question(q: Question, card: ModelCard) -> EngineQuestion:
         return NoulQuestion(text, _text(sides.get("true")), _text(sides.get("false")))
     if q.type == "choice":
         return ChoiceQuestion(tuple((str(name), _text(desc)) for name, desc in criteria.items()), text)
-    return ScoreQuestion(tuple(plain(level) for level in criteria), text)
+    if q.type == "score":
+        return ScoreQuestion(tuple(plain(level) for level in criteria), text)
+    labels = tuple((str(name), _text(desc)) for name, desc in criteria.items()) if isinstance(criteria, Mapping) else ()
+    threshold = _float(q.extensions.get("threshold"))
+    preset_name = q.preset if isinstance(q.preset, str) else None
+    if q.type == "set":
+        return SetQuestion(labels, text, threshold, preset_name)
+    if q.type == "span":
+        head = q.extensions.get("head")
+        return SpanQuestion(labels, text, threshold, head if isinstance(head, str) else None, preset_name)
+    if q.type == "box":
+        return BoxQuestion(text)
+    return TrackQuestion(text)
+
+
+def _float(value: Any) -> float | None:
+    return float(value.value) if isinstance(value, Number) else (None if value is None else float(value))
 
 
 def _text(value: Any) -> Any:
@@ -156,45 +227,82 @@ def _int_option(options: Mapping[str, Any] | None, name: str) -> int | None:
 # ---------------------------------------------------------------------------- engine -> IR
 
 
-def to_reply(plan: EnginePlan, results: Sequence[Result], model: str, extras: Mapping[str, Any] | None = None) -> Reply:
-    """``results`` answer ``plan.requests`` in order; ``extras`` go beside each response (meta)."""
+def to_reply(plan: EnginePlan, results: Sequence[Result], model: str, extras: Mapping[str, Any] | None = None, legacy: bool = False) -> Reply:
+    """``results`` answer ``plan.requests`` in order; ``extras`` go beside each response (meta).
+
+    ``legacy``: the client speaks vllm-sr/4.0, whose responses have no ``span_heads``.
+    """
     answered = iter(results)
     out = {}
     for name, item in plan.items.items():
         result = next(answered) if item.request is not None else None
-        out[name] = _item_result(item, result, model, extras or {})
+        out[name] = _item_result(item, result, model, extras or {}, legacy)
     return Reply(out, model)
 
 
-def _item_result(item: ItemPlan, result: Result | None, model: str, extras: Mapping[str, Any]) -> ItemResult:
+def _item_result(item: ItemPlan, result: Result | None, model: str, extras: Mapping[str, Any], legacy: bool) -> ItemResult:
     tokens = result.usage.input_tokens if result is not None else 0
     over_budget = None
     if item.scan_budget is not None and tokens > item.scan_budget:
         over_budget = Failure(
             "scan_budget_exceeded", "scan_budget_exceeded", f"the model read {tokens} tokens, over the scan budget options.max_tokens = {item.scan_budget}"
         )
+    partial = None
+    if result is not None and not result.complete:
+        partial = Failure("invalid_input", "partial_input", "a video is read as the model's sample of its frames, not every frame, so the whole input was not read")
     engine_answers = iter(result.answers if result is not None else ())
-    answers = []
+    answers: list[tuple[str, Any]] = []
+    members: dict[str, list[tuple[str, Any]]] = {"spans": [], "sets": [], "thresholds": [], "span_heads": []}
     for q_id, kind in item.questions.items():
         answer: Answer | QuestionError | Failure = item.failures.get(q_id) or next(engine_answers)
         if over_budget is not None and not isinstance(answer, Failure):
             answer = over_budget
+        if partial is not None and q_id in item.full_input and not isinstance(answer, Failure):
+            answer = partial
         answers.append((q_id, _answer_doc(q_id, kind, answer, q_id in item.full_input)))
+        if isinstance(answer, SetAnswer):
+            members["sets"].append((q_id, JsonObject([("probabilities", JsonObject(answer.probabilities)), ("selected", answer.selected)])))
+            members["thresholds"].append((q_id, answer.threshold))
+            if answer.composite:  # each label also answers as a noul of its own (seed 002)
+                answers += [(f"{q_id}.{label}", JsonObject([("type", "noul"), ("noul", p)])) for label, p in answer.probabilities]
+        elif isinstance(answer, SpanAnswer):
+            members["spans"].append((q_id, tuple(_span_doc(span) for span in answer.spans)))
+            members["thresholds"].append((q_id, answer.threshold))
+            members["span_heads"].append((q_id, answer.head))
+    if legacy:
+        members.pop("span_heads")
+    response = [(name, JsonObject(entries)) for name, entries in members.items() if entries]
+    if item.return_meta:  # what was read and how, then the caller's timings
+        read = [("tokens_read", tokens), ("state_cache_hit", result is not None and result.state_cache_hit)]
+        response.append(("meta", JsonObject([*read, *dict(extras.get("meta") or {}).items()])))
+    response += [(k, v) for k, v in extras.items() if k != "meta"]
     usage = JsonObject([("input_tokens", tokens), ("output_tokens", 0)])
-    return ItemResult(JsonObject(answers), usage, JsonObject(extras), model)
+    return ItemResult(JsonObject(answers), usage, JsonObject(response), model)
+
+
+def _span_doc(span: Span) -> JsonObject:
+    return JsonObject([("label", span.label), ("start", span.start), ("end", span.end), ("text", span.text), ("probability", span.probability)])
+
+
+def _box_doc(box: Box) -> JsonObject:
+    return JsonObject([("top", box.top), ("bottom", box.bottom), ("left", box.left), ("right", box.right)])
 
 
 def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, full_input: bool) -> JsonObject:
     if isinstance(answer, QuestionError):
-        answer = Failure(answer.code, REASONS.get(answer.code, answer.code), answer.message)
+        answer = Failure(answer.code, answer.reason or REASONS.get(answer.code, answer.code), answer.message)
     if isinstance(answer, Failure):
         message = f'question "{q_id}" cannot be answered: {answer.message}'
         return JsonObject([("type", kind), ("error", answer.code), ("reason", answer.reason), ("message", message)])
     members: list[tuple[str, Any]] = [("type", answer.type)]
     if isinstance(answer, NoulAnswer):
         members.append(("noul", answer.noul))
+        if answer.abstain_probability is not None:
+            members.append(("abstain_probability", answer.abstain_probability))
     elif isinstance(answer, ChoiceAnswer):
         members += [("choice", answer.choice), ("probabilities", JsonObject(answer.probabilities)), ("confidence", answer.confidence)]
+        if answer.abstain_probability is not None:
+            members.append(("abstain_probability", answer.abstain_probability))
     elif isinstance(answer, ScoreAnswer):
         members += [
             ("score", answer.score),
@@ -202,6 +310,13 @@ def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, 
             ("probabilities", JsonObject((str(i), p) for i, p in enumerate(answer.probabilities))),
             ("confidence", answer.confidence),
         ]
+        if answer.abstain_probability is not None:
+            members.append(("abstain_probability", answer.abstain_probability))
+    elif isinstance(answer, BoxAnswer):
+        members += [("box", _box_doc(answer.box)), ("confidence", answer.confidence)]
+    elif isinstance(answer, TrackAnswer):
+        members += [("track", tuple(JsonObject([("at", at), ("box", _box_doc(box))]) for at, box in answer.track)), ("confidence", answer.confidence)]
+    # set and span answers are in the response's sets and spans, beside the answers (seed 002)
     if full_input:  # the engine never truncates: every answer read the whole input
         members.append(("input_coverage", "complete"))
     return JsonObject(members)

@@ -49,6 +49,15 @@ class ServedModel:
                     "min_levels": card.limits.min_levels,
                     "max_levels": card.limits.max_levels,
                     "max_input_tokens": card.limits.max_input_tokens,
+                    **(
+                        {}
+                        if card.limits.media is None
+                        else {
+                            "max_asset_bytes": card.limits.media.max_asset_bytes,
+                            "max_media_side": card.limits.media.max_side,
+                            "max_video_frames": card.limits.media.max_video_frames,
+                        }
+                    ),
                 },
                 "attention_mode": card.attention_mode,
                 "strengths": card.strengths,

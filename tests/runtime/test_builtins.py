@@ -88,3 +88,20 @@ def test_an_unusable_device_is_one_line_not_a_traceback(checkpoints: dict[str, P
     if not torch.cuda.is_available():
         with pytest.raises(CheckpointError, match="device 'cuda' is not available"):
             load_engine(str(checkpoints["llama-causal"]), device="cuda")
+
+
+def test_default_answers_a_set_of_topic_labels_label_by_label(default: EmbeddingEngine) -> None:
+    """Each label is the relevance noul "is the state about this label?", which topic tags ask."""
+    import json
+
+    from sr_runtime.request import answer, read
+
+    doc = {
+        "state": "I was charged twice for the March invoice and I want a refund.",
+        "questions": {"topics": {"type": "set", "instructions": "Which topics does the message touch?", "criteria": {"billing": "payments, invoices and refunds", "shipping": "deliveries and parcels"}}},
+    }
+    response = json.loads(answer(default, read(json.dumps(doc).encode())))
+    assert response["sets"]["topics"]["selected"] == ["billing"]
+    probabilities = response["sets"]["topics"]["probabilities"]
+    assert response["answers"]["topics.billing"] == {"type": "noul", "noul": probabilities["billing"]}
+    assert default.card().question_types == ("noul", "choice", "score", "set")  # never span, box or track

@@ -70,7 +70,7 @@ def test_an_unanswerable_question_exits_1_with_the_error_body(checkpoints: dict[
     error = json.loads(result.stdout)
     assert (error["code"], error["question"], error["reason"]) == ("question_failed", "dog", "unsupported_question_type")
     assert error["detail"][0]["type"] == "invalid_question"
-    assert '422 question_failed: question "dog" cannot be answered: this model answers noul, choice, score questions, not box' in result.stderr
+    assert '422 question_failed: question "dog" cannot be answered: this model answers noul, choice, score, set questions, not box' in result.stderr
 
 
 def test_an_invalid_request_exits_1_and_an_unreadable_one_exits_2(checkpoints: dict[str, Path], tmp_path: Path) -> None:

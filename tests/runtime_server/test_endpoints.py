@@ -105,9 +105,9 @@ def test_models_lists_the_served_model_with_its_card(client: TestClient) -> None
     assert isinstance(entry["description"], str) and entry["description"]
     assert len(entry["release_date"]) == 10 and entry["release_date"][4] == "-"  # YYYY-MM-DD
     assert entry["version"] == "5.0"
-    assert entry["features"] == ["noul", "choice", "score"]
+    assert entry["features"] == ["noul", "choice", "score", "set"]  # a set label by label, each as a noul
     card = entry["card"]
-    assert card["question_types"] == ["noul", "choice", "score"]
+    assert card["question_types"] == ["noul", "choice", "score", "set"]
     assert card["presets"] == [] and card["modalities"] == ["text"]
     assert card["limits"] == {"max_options": 255, "min_levels": 2, "max_levels": 10, "max_input_tokens": 16384}
     if schema(client) == "vllm-sr/4.0":  # 4.0 clients read `data`
@@ -156,5 +156,5 @@ def test_other_routes_are_json_errors_naming_what_is_served(client: TestClient, 
 def test_return_meta_adds_timings_beside_the_answers(client: TestClient) -> None:
     response = client.post("/v1/systemone", json=body(options={"return_meta": True}))
     meta = response.json()["meta"]
-    assert set(meta) == {"queue_ms", "inference_ms", "batched_requests"} and meta["batched_requests"] >= 1
+    assert set(meta) == {"tokens_read", "state_cache_hit", "queue_ms", "inference_ms", "batched_requests"} and meta["batched_requests"] >= 1
 

@@ -60,7 +60,7 @@ def test_422_invalid_question_for_a_type_or_field_the_model_does_not_answer(clie
     response = client.post("/v1/systemone", json=body({"urgent": NOUL, "dog": {"type": "box", "instructions": "Where is the dog?"}}))
     doc = error(response, 422, "question_failed", "unsupported_question_type")
     assert doc["question"] == "dog"
-    assert doc["detail"] == [{"loc": ["body", "questions", "dog"], "msg": 'question "dog" cannot be answered: this model answers noul, choice, score questions, not box', "type": "invalid_question"}]
+    assert doc["detail"] == [{"loc": ["body", "questions", "dog"], "msg": 'question "dog" cannot be answered: this model answers noul, choice, score, set questions, not box', "type": "invalid_question"}]
     over = client.post("/v1/systemone", json=body({"urgent": {**NOUL, "over": ["request"]}}, state={"request": "x"}))
     assert "does not take over" in error(over, 422, "question_failed", "unsupported_field")["detail"][0]["msg"]
 

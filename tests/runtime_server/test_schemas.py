@@ -34,13 +34,17 @@ def strict(checkpoint: Path) -> Iterator[TestClient]:
 def test_a_40_server_answers_the_40_forms(legacy: TestClient) -> None:
     request = {
         "states": ["The export crashes.", "Thanks, all good."],
-        "questions": {"team": {"type": "choice", "choices": ["billing", "engineering"]}, "jb": {"type": "noul", "preset": "jailbreak"}},
+        "questions": {"team": {"type": "choice", "choices": ["billing", "engineering"]}, "tags": {"type": "set", "labels": ["refund", "bug"]}},
     }
     response = legacy.post("/v1/systemone", json=request)
     assert response.status_code == 200
     doc = response.json()
-    assert [list(a) for a in doc["answers"]] == [["team", "jb"], ["team", "jb"]]  # one entry per state
+    assert [list(a)[:2] for a in doc["answers"]] == [["team", "tags"], ["team", "tags"]]  # one entry per state
     assert set(doc["answers"][0]["team"]["probabilities"]) == {"billing", "engineering"}
+    assert [set(s["tags"]["probabilities"]) for s in doc["sets"]] == [{"refund", "bug"}] * 2  # 4.0: sets per state
+    # A preset-only question needs the preset's trained head, which this model does not have.
+    refused = legacy.post("/v1/systemone", json={**request, "questions": {"jb": {"type": "noul", "preset": "jailbreak"}}})
+    assert refused.status_code == 422 and refused.json()["error"]["reason"] == "unsupported_preset"
 
 
 def test_a_40_error_carries_both_detail_and_error(legacy: TestClient) -> None:
