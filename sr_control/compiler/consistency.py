@@ -37,7 +37,16 @@ def consistency_problems(resources: Resources) -> list[str]:
     clusters = set(resources.named(CLUSTER))
     routes = set(resources.named(ROUTE))
     sidecars = resources.named(SIDECAR)
+    # A resource the last consistent set held, the very same object, still finds everything it
+    # names while no route table or cluster went away; a route table also needs its sidecar data
+    # unchanged (it carries that version). After an edit, only what the edit rebuilt is read.
+    last = _LAST.resources
+    if last is None or not (last.named(CLUSTER).keys() <= clusters and last.named(ROUTE).keys() <= routes):
+        last = _NOTHING
+    last_listeners, last_routes, last_sidecars = last.named(LISTENER), last.named(ROUTE), last.named(SIDECAR)
     for listener in resources[LISTENER]:
+        if last_listeners.get(listener.name) is listener:
+            continue
         refs = _LISTENER_REFERENCES.of(listener)
         if refs.routes <= routes and refs.clusters <= clusters:
             continue
@@ -47,8 +56,11 @@ def consistency_problems(resources: Resources) -> list[str]:
             elif kind == "cluster" and wanted not in clusters:
                 problems.append(f"{listener.name}: ext_proc calls cluster {wanted!r}, which is not compiled")
     for route_config in resources[ROUTE]:
+        sidecar_name = names.sidecar(route_config.name.removeprefix("route/"))
+        sidecar = sidecars.get(sidecar_name)
+        if last_routes.get(route_config.name) is route_config and last_sidecars.get(sidecar_name) is sidecar:
+            continue
         refs = _ROUTE_REFERENCES.of(route_config)
-        sidecar = sidecars.get(names.sidecar(route_config.name.removeprefix("route/")))
         if refs.clusters <= clusters and (not refs.versions or (sidecar is not None and refs.versions == {sidecar.version})):
             continue
         for route, kind, wanted in refs.each:
@@ -135,10 +147,21 @@ _LISTENER_REFERENCES = _References(_listener_references, 20_000)
 _ROUTE_REFERENCES = _References(_route_references, 20_000)
 
 
+class _Last:
+    """The resources found consistent last (held whole: they are immutable)."""
+
+    resources: Resources | None = None
+
+
+_LAST = _Last()
+_NOTHING = Resources({})
+
+
 def consistent(resources: Resources) -> Resources:
     problems = consistency_problems(resources)
     if problems:
         raise Inconsistent(problems)
+    _LAST.resources = resources
     return resources
 
 

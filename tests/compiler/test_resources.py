@@ -92,3 +92,15 @@ def test_a_resource_version_is_its_content_hash() -> None:
     a, b = Resource.of("c", Cluster(name="c")), Resource.of("c", Cluster(name="c"))
     assert a.version == b.version
     assert Resource.of("c", Cluster(name="d")).version != a.version
+
+
+def test_resources_found_consistent_before_are_checked_again_against_what_is_there_now() -> None:
+    from sr_control.compiler import consistent
+
+    good = compile_text(BASE)
+    new = compile_text(BASE.replace("{name: a, port: 8801, apis: {chat_completions: {}}}", "{name: a, port: 8801, apis: {chat_completions: {}, systemone: {}}}"))
+    consistent(good)  # found consistent last: the same objects below must not be trusted blindly
+    assert any("goes to cluster 'provider/m'" in p for p in consistency_problems(_without(good, CLUSTER, "provider/m")))
+    assert any("names routes 'route/b'" in p for p in consistency_problems(_without(good, ROUTE, "route/b")))
+    mixed = Resources({t: (good[t] if t == ROUTE else new[t]) for t in new})  # good's routes, new sidecar data
+    assert any("route/a route" in p and "names sidecar data version" in p for p in consistency_problems(mixed))

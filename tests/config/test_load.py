@@ -48,6 +48,17 @@ def test_an_empty_file_is_a_valid_config_with_nothing_in_it() -> None:
     assert config.listeners == [] and config.deployments == {}
 
 
+def test_a_section_left_empty_has_nothing_in_it() -> None:
+    config = loader.load_text("version: 2\nproviders:\ndeployments:\npools:\nlisteners:\n")
+    assert (config.providers.models, config.deployments, config.pools, config.listeners) == ([], {}, {}, [])
+
+
+def test_a_name_over_253_characters_is_a_problem_at_the_name() -> None:
+    name = "d" * 254
+    report = loader.validate_text(f"version: 2\npools:\n  {name}: {{members: [x]}}\n", "c.yaml")
+    assert [str(p) for p in report.errors] == ["c.yaml:3:3: error: pools." + name + ": names must be at most 253 characters (this one has 254)"]
+
+
 def _problems(text: str) -> list[str]:
     report = loader.validate_text(textwrap.dedent(text), "c.yaml")
     return [str(p) for p in report.problems]
