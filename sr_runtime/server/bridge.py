@@ -106,8 +106,10 @@ def to_engine(ir: Request | Batch, card: ModelCard, parts: Mapping[str, bytes] |
 
 
 def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None, meta: bool, parts: Mapping[str, bytes]) -> ItemPlan:
-    assets, media = _assets(r, parts)
-    media = media or _media_failure(r, card)
+    media = _media_failure(r, card)  # a model that cannot read the media never decodes them
+    assets: dict[str, Media] = {}
+    if media is None:
+        assets, media = _assets(r, parts)
     ids: dict[str, str] = {}
     questions: list[EngineQuestion] = []
     failures: dict[str, Failure] = {}
