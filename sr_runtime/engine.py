@@ -343,7 +343,7 @@ class Engine:
         if rows:
             hidden, states = self._hidden(rows)
             logits = (hidden.to(self.readout.dtype) @ self.readout.T).float().cpu()
-            for row, q, row_logits in zip(rows, hidden, logits):
+            for row, h, row_logits in zip(rows, hidden, logits):
                 request = requests[row.request]
                 question = request.questions[row.question]
                 t = temperature_for(len(request.questions), self.config.temperature, self.config.temperature_by_questions)
@@ -351,13 +351,14 @@ class Engine:
                     if row.label is not None:
                         labels.setdefault((row.request, row.question), {})[row.label] = code_probabilities(row_logits, 2, t)[1]
                         continue
-                    slots[row.request][row.question] = self._answer(request, question, row, q, row_logits, t, states)
+                    slots[row.request][row.question] = self._answer(request, question, row, h, row_logits, t, states)
                 except DecisionError as exc:
                     slots[row.request][row.question] = QuestionError.of(exc)
         for (i, q), probs in labels.items():
             question = requests[i].questions[q]
             assert isinstance(question, SetQuestion)
-            slots[i][q] = set_answer(question, [probs[l] for l in range(len(probs))], self._threshold(question), composite=True)
+            if slots[i][q] is None:  # else one of its labels failed, and with it the set
+                slots[i][q] = set_answer(question, [probs[l] for l in range(len(probs))], self._threshold(question), composite=True)
         return [
             Result(
                 tuple(s),  # type: ignore[arg-type]
@@ -376,7 +377,8 @@ class Engine:
     def _answer(
         self, request: DecisionRequest, question: Question, row: _Row, q: torch.Tensor, logits: torch.Tensor, t: float, states: dict[str, StateSnapshot]
     ) -> Answer:
-        """One row's answer: the code readout, or the head its question type needs."""
+        """One row's answer: the code readout, or the head its question type needs (`q` is the
+        hidden state of the question's last token, which the readout and every head read)."""
         n = len(coded_options(question))
         if isinstance(question, SetQuestion):
             assert self.heads is not None
