@@ -25,7 +25,7 @@ from sr_runtime.checkpoint import READOUT, Checkpoint, DecisionConfig, read_chec
 from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded
 from sr_runtime.assets import read_assets, the_one
 from sr_runtime.heads import Heads
-from sr_runtime.prompt import LAYOUTS, PromptTokens, encode_media_prompts
+from sr_runtime.prompt import LAYOUTS, MediaSpan, PromptTokens, encode_media_prompts, split_placeholders, with_question_media
 from sr_runtime.readout import SET_THRESHOLD, abstaining_probabilities, answer_from, code_probabilities, set_answer, temperature_for
 from sr_runtime.state_cache import StateCache, state_key
 from sr_runtime.spans import decode_spans
@@ -121,6 +121,7 @@ class Engine:
         self._strengths = strengths
         self.vision = vision
         self.heads = heads
+        self.media_in_questions = vision is not None and config.media is not None and config.media.in_questions
         # The abstain code is the last one; no option may take it.
         self.abstain = len(config.codes) - 1 if config.abstain_code is not None else None
         self.max_options = len(config.codes) - (self.abstain is not None)
@@ -168,6 +169,7 @@ class Engine:
             ),
             attention_mode=config.attention_mode,
             strengths=self._strengths or "not measured by this runtime: see the checkpoint's own documentation",
+            media_in_questions=self.media_in_questions,
         )
 
     # -- requests to rows -------------------------------------------------------------------
@@ -233,9 +235,14 @@ class Engine:
         units = [(q, label, unit) for q in ready for label, unit in self._units(request.questions[q])]
         blocks = [self.layout.question_block(unit, self.config.codes) for _, _, unit in units]
         try:
-            media = read_assets(self.vision, request, state_block)
+            # Placeholders in questions are media only where the card says so (the bridge refuses them elsewhere).
+            media = read_assets(self.vision, request, state_block + ("".join(blocks) if self.media_in_questions else ""))
             rows_of = {p: (a.rows, a.digest) for p, a in media.items()}
-            prompts = encode_media_prompts(self.checkpoint.tokenizer, state_block, rows_of, blocks, request.state_tokens)
+            # A question block is tokenized up to its first asset as a text-only one is (the state
+            # block size rule), then piece by piece.
+            pieces = [split_placeholders(b, [p for p in rows_of if p in b]) if self.media_in_questions else [b] for b in blocks]
+            prompts = encode_media_prompts(self.checkpoint.tokenizer, state_block, rows_of, [p[0] for p in pieces], request.state_tokens)
+            prompts = [with_question_media(self.checkpoint.tokenizer, pr, p[1:], rows_of) if len(p) > 1 else pr for pr, p in zip(prompts, pieces)]
         except DecisionError as exc:
             for q in ready:
                 slots[q] = QuestionError.of(exc)
@@ -294,7 +301,7 @@ class Engine:
         if row.key in states:
             return states[row.key].hidden
         prompt = row.prompt  # the reference path, or a mode whose state reads the question
-        whole = self.backbone.prompt_hidden(prompt.state + prompt.question, len(prompt.state), self.config.attention_mode, prompt.media)
+        whole = self.backbone.prompt_hidden(prompt.state + prompt.question, len(prompt.state), self.config.attention_mode, _whole_media(prompt))
         return whole[: len(prompt.state)]
 
     def _hidden(self, rows: Sequence[_Row]) -> tuple[torch.Tensor, dict[str, StateSnapshot]]:
@@ -302,7 +309,7 @@ class Engine:
         if self.reference:
             return torch.cat(
                 [
-                    self.backbone.prompt_rows([r.prompt.state + r.prompt.question], [len(r.prompt.state)], mode, [r.prompt.media])
+                    self.backbone.prompt_rows([r.prompt.state + r.prompt.question], [len(r.prompt.state)], mode, [_whole_media(r.prompt)])
                     for r in rows
                 ]
             ), {}
@@ -314,7 +321,7 @@ class Engine:
                         [r.prompt.state + r.prompt.question for r in p],
                         [len(r.prompt.state) for r in p],
                         mode,
-                        [r.prompt.media for r in p],
+                        [_whole_media(r.prompt) for r in p],
                     )
                     for p in passes
                 ]
@@ -325,7 +332,7 @@ class Engine:
         ordered = [rows[i] for i in order]
         hidden = torch.cat(
             [
-                self.backbone.question_rows([states[r.key] for r in p], [r.prompt.question for r in p], mode)
+                self.backbone.question_rows([states[r.key] for r in p], [r.prompt.question for r in p], mode, [r.prompt.question_media for r in p])
                 for p in self._passes(ordered, lambda r: len(r.prompt))
             ]
         )
@@ -404,6 +411,12 @@ class Engine:
 
     def answer(self, request: DecisionRequest) -> Result:
         return self.answer_batch([request])[0]
+
+
+def _whole_media(prompt: PromptTokens) -> tuple[MediaSpan, ...]:
+    """Every asset of a whole prompt, the question's counted from the prompt's first token."""
+    shift = len(prompt.state)
+    return (*prompt.media, *(MediaSpan(m.start + shift, m.embeds, m.digest) for m in prompt.question_media))
 
 
 def _usage(rows: Sequence[_Row]) -> Usage:

@@ -284,6 +284,7 @@ class ModelCard:
     limits: Limits
     attention_mode: str
     strengths: str
+    media_in_questions: bool = False  # placeholders in instructions and criteria are read as media
 
 
 @dataclass(frozen=True, slots=True)

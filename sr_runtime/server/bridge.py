@@ -120,7 +120,8 @@ def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None, m
             question = _engine_question(q, card)
             if media is not None:
                 raise _Refused(media)
-            _no_media_in(q, r.assets)
+            if not card.media_in_questions:
+                _no_media_in(q, r.assets)
         except _Refused as refused:
             failures[q_id] = refused.failure
         else:

@@ -61,6 +61,7 @@ class ServedModel:
                         }
                     ),
                 },
+                **({"media_in_questions": True} if card.media_in_questions else {}),
                 "attention_mode": card.attention_mode,
                 "strengths": card.strengths,
             },
