@@ -1,6 +1,6 @@
 """The IR and the engine, both ways: the one place the runtime translates between them.
 
-    plan = to_engine(req.ir, card)                   # each named request as a DecisionRequest
+    plan = to_engine(req.ir, card, body.parts)       # each named request as a DecisionRequest
     reply = to_reply(plan, results, "default")       # the Reply a listener codec's answer_success takes
 
 A question the model cannot take (a type it does not answer, a field it does not honour, media
@@ -8,7 +8,12 @@ on a text-only model) never reaches the engine: it fails here with the question 
 002's table, and the codec decides what that does to the request (/v1/systemone fails it,
 /v1/decisions answers it inside a 200). JSON content reaches the engine as plain Python values,
 so an object state is read as the `json.dumps` text a Python server would write (the same text
-the `state_text` deviation sends); how a family reads roles is the engine's business.
+the `state_text` deviation sends); how a family reads roles is the engine's business. Assets
+reach it as bytes (from base64 or a multipart part) under their placeholders.
+
+Answers go back in seed 002's shapes: a set's in `sets` (and, read label by label, a `noul` per
+label under `<question>.<label>`), a span's in `spans`, with `thresholds` and `span_heads` (not
+on 4.0) beside the answers, and `meta` when asked for.
 """
 
 from __future__ import annotations
@@ -137,7 +142,10 @@ def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None, m
 
 
 def _assets(r: Request, parts: Mapping[str, bytes]) -> tuple[dict[str, Media], Failure | None]:
-    """Each asset's bytes, inline (base64) or uploaded (a multipart part); a Failure if one is unusable."""
+    """Each asset's bytes, inline (base64) or uploaded (a multipart part); a Failure if one is unusable.
+
+    Bytes only: decoding them into pixels, and the card's limits, are the engine's (`media.py`).
+    """
     out: dict[str, Media] = {}
     for placeholder, asset in r.assets.items():
         members = asset.members
@@ -157,7 +165,7 @@ def _assets(r: Request, parts: Mapping[str, bytes]) -> tuple[dict[str, Media], F
 
 
 def _no_media_in(q: Question, assets: Mapping[str, Any]) -> None:
-    """Placeholders in instructions or criteria: no model here reads media inside a question."""
+    """Placeholders in instructions or criteria, on a model whose card does not read media there."""
     texts = [*strings(q.instructions), *strings(q.criteria)]
     inside = sorted(p for p in assets if any(p in t for t in texts))
     if inside:
