@@ -127,6 +127,7 @@ class Engine:
         self.max_options = len(config.codes) - (self.abstain is not None)
         self._hits: set[str] = set()
         self._partial: set[int] = set()
+        self._truncated: set[tuple[int, int]] = set()
 
     @classmethod
     def load(
@@ -249,10 +250,19 @@ class Engine:
             return []
         rows = []
         limit = self.max_length if request.long_context else self.validated_length
+        # overflow: truncate cuts the state once for every question that needs it (at the longest
+        # such question's fit), so the cut state is still computed once.
+        over = [limit - len(p.question) for (q, _, _), p in zip(units, prompts) if q in request.truncate and len(p) > limit]
+        keep = min(over, default=0)
         for (q, label, _), prompt in zip(units, prompts):
             try:
+                cut = over and len(prompt) > limit and q in request.truncate
+                if cut:
+                    prompt = _truncated(prompt, keep)
                 if len(prompt) > limit:
                     raise MaxLengthExceeded(len(prompt), limit, self.max_length if limit < self.max_length else None)
+                if cut:
+                    self._truncated.add((index, q))
                 video = the_one(request.questions[q], media)
             except DecisionError as exc:
                 slots[q] = QuestionError.of(exc)
@@ -345,6 +355,7 @@ class Engine:
         slots: list[list[Answer | QuestionError | None]] = [[None] * len(r.questions) for r in requests]
         self._hits = set()  # states of this call found in the LRU
         self._partial = set()  # requests of this call not read whole
+        self._truncated = set()  # (request, question) of this call read from a truncated state
         rows = [row for i, request in enumerate(requests) for row in self._rows(i, request, slots[i])]
         labels: dict[tuple[int, int], dict[int, float]] = {}  # a composite set's P(true) per label
         if rows:
@@ -372,6 +383,7 @@ class Engine:
                 _usage([r for r in rows if r.request == i]),
                 state_cache_hit=any(r.key in self._hits for r in rows if r.request == i),
                 complete=i not in self._partial,
+                truncated=frozenset(q for r, q in self._truncated if r == i),
             )
             for i, s in enumerate(slots)
         ]
@@ -411,6 +423,18 @@ class Engine:
 
     def answer(self, request: DecisionRequest) -> Result:
         return self.answer_batch([request])[0]
+
+
+def _truncated(prompt: PromptTokens, keep: int) -> PromptTokens:
+    """The prompt with only the state's first `keep` tokens (never cutting an asset in two: the
+    cut moves before it); unchanged if no state token would be left."""
+    for m in prompt.media:
+        if m.start < keep < m.start + len(m):
+            keep = m.start
+    if keep < 1:
+        return prompt
+    media = tuple(m for m in prompt.media if m.start + len(m) <= keep)
+    return PromptTokens(prompt.state[:keep], prompt.question, media, prompt.offsets[:keep], prompt.question_media)
 
 
 def _whole_media(prompt: PromptTokens) -> tuple[MediaSpan, ...]:

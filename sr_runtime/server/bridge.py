@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sr_control.systemone import Batch, ItemResult, Reply, Request
@@ -138,6 +138,10 @@ def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None, m
         roles = r.roles.of(state) if r.roles.mode != "none" and isinstance(state, dict) else None
         request = DecisionRequest(state, tuple(questions), roles=roles, long_context=long_context, media=assets, lead=r.media)
     full = frozenset(q_id for q_id, q in r.questions.items() if q.extensions.get("require_full_input") is True)
+    if request is not None:  # the engine's index of each question that may read the state's first tokens only
+        answered = [q_id for q_id in ids if q_id not in failures]
+        cut = frozenset(i for i, q_id in enumerate(answered) if r.questions[q_id].extensions.get("overflow") == "truncate")
+        request = replace(request, truncate=cut) if cut else request
     return ItemPlan(ids, request, failures, full, budget, meta)
 
 
@@ -190,8 +194,6 @@ def _engine_question(q: Question, card: ModelCard) -> EngineQuestion:
     for name in q.extensions:
         if name in REFUSED_FIELDS:
             raise _Refused(Failure("invalid_question", "unsupported_field", f"this model does not take {name}: it {REFUSED_FIELDS[name]}"))
-    if q.extensions.get("overflow") == "truncate":
-        raise _Refused(Failure("invalid_question", "unsupported_field", "this model reads every part whole and never truncates (overflow: window)"))
     instructions, criteria = q.instructions, q.criteria
     if q.preset_only:  # a 4.0 preset-only question: only a model trained on the preset can answer it
         if q.preset not in card.presets:
@@ -261,16 +263,24 @@ def _item_result(item: ItemPlan, result: Result | None, model: str, extras: Mapp
     partial = None
     if result is not None and not result.complete:
         partial = Failure("invalid_input", "partial_input", "a video is read as the model's sample of its frames, not every frame, so the whole input was not read")
-    engine_answers = iter(result.answers if result is not None else ())
+    engine_answers = iter(enumerate(result.answers if result is not None else ()))
+    truncated = result.truncated if result is not None else frozenset()
     answers: list[tuple[str, Any]] = []
     members: dict[str, list[tuple[str, Any]]] = {"spans": [], "sets": [], "thresholds": [], "span_heads": []}
     for q_id, kind in item.questions.items():
-        answer: Answer | QuestionError | Failure = item.failures.get(q_id) or next(engine_answers)
+        cut = False
+        if q_id in item.failures:
+            answer: Answer | QuestionError | Failure = item.failures[q_id]
+        else:
+            index, answer = next(engine_answers)
+            cut = index in truncated
         if over_budget is not None and not isinstance(answer, Failure):
             answer = over_budget
         if partial is not None and q_id in item.full_input and not isinstance(answer, Failure):
             answer = partial
-        answers.append((q_id, _answer_doc(q_id, kind, answer, q_id in item.full_input)))
+        if cut and q_id in item.full_input and not isinstance(answer, Failure):
+            answer = Failure("invalid_input", "partial_input", "overflow: truncate read only the state's first tokens, so the whole input was not read")
+        answers.append((q_id, _answer_doc(q_id, kind, answer, q_id in item.full_input, cut)))
         if isinstance(answer, SetAnswer):
             members["sets"].append((q_id, JsonObject([("probabilities", JsonObject(answer.probabilities)), ("selected", answer.selected)])))
             members["thresholds"].append((q_id, answer.threshold))
@@ -299,7 +309,7 @@ def _box_doc(box: Box) -> JsonObject:
     return JsonObject([("top", box.top), ("bottom", box.bottom), ("left", box.left), ("right", box.right)])
 
 
-def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, full_input: bool) -> JsonObject:
+def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, full_input: bool, cut: bool = False) -> JsonObject:
     if isinstance(answer, QuestionError):
         answer = Failure(answer.code, answer.reason or REASONS.get(answer.code, answer.code), answer.message)
     if isinstance(answer, Failure):
@@ -328,6 +338,8 @@ def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, 
     elif isinstance(answer, TrackAnswer):
         members += [("track", tuple(JsonObject([("at", at), ("box", _box_doc(box))]) for at, box in answer.track)), ("confidence", answer.confidence)]
     # set and span answers are in the response's sets and spans, beside the answers (seed 002)
-    if full_input:  # the engine never truncates: every answer read the whole input
+    if cut:  # overflow: truncate read the state's first tokens only
+        members.append(("input_coverage", "partial"))
+    elif full_input:  # only overflow: truncate cuts the text; every other answer read all of it
         members.append(("input_coverage", "complete"))
     return JsonObject(members)
