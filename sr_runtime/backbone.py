@@ -179,7 +179,11 @@ class Backbone:
 
     @torch.inference_mode()
     def question_rows(
-        self, states: Sequence[StateSnapshot], questions: Sequence[Sequence[int]], mode: AttentionMode
+        self,
+        states: Sequence[StateSnapshot],
+        questions: Sequence[Sequence[int]],
+        mode: AttentionMode,
+        media: Sequence[Sequence[MediaSpan]] = (),
     ) -> torch.Tensor:
         """[B, hidden]: the last hidden state of each question, each continuing its own state."""
         state_lens = [s.length for s in states]
@@ -187,7 +191,7 @@ class Backbone:
         sw, qw = max(state_lens), max(question_lens)
         positions = torch.stack([torch.arange(s, s + qw) for s in state_lens]).to(self.device)
         out = self.model.base_model(
-            input_ids=self._ids(questions, qw),
+            **self._inputs(questions, qw, media),
             attention_mask=self._masks(question_rows_mask(mode, state_lens, question_lens, sw, qw)),
             position_ids=positions,
             past_key_values=self._rows_cache(states, sw),
