@@ -91,9 +91,9 @@ def _read(rt: Runtime, request: HttpRequest, body: bytes) -> ClientRequest:
     try:
         return rt.codec.read(request.url.path, body, request.headers.items())
     except (RecursionError, OverflowError) as exc:
-        # Limits of Python itself that a client's JSON reaches inside the codec's reader (arrays
-        # about 490 deep, a 400-digit deadline_ms), which should report them as it reports other
-        # bad JSON; until it does, they are a bad body here, not a 500.
+        # Limits of Python itself that a client's JSON could reach inside the codec: it reports
+        # nesting past its depth as json_invalid and caps deadline_ms (decision 31); anything it
+        # still misses is a bad body here, not a 500.
         log.warning("request unreadable", error=f"{type(exc).__name__}: {exc}")
         message = "the body nests deeper than this server reads" if isinstance(exc, RecursionError) else "a number in the body is too large to read"
         raise ValidationFailed([DetailItem(("body",), f"JSON decode error: {message}", "json_invalid")]) from None
@@ -102,10 +102,7 @@ def _read(rt: Runtime, request: HttpRequest, body: bytes) -> ClientRequest:
 async def _answered(scheduler: Scheduler, plan: EnginePlan, deadline_ms: int | None, arrived: float) -> Outcome | None:
     if not plan.requests:
         return None
-    try:
-        deadline = None if deadline_ms is None else arrived + deadline_ms / 1000
-    except OverflowError:  # a number past a float (400 digits): a bad body, as _read reports others
-        raise ValidationFailed([DetailItem(("body", "options", "deadline_ms"), "JSON decode error: a number in the body is too large to read", "json_invalid")]) from None
+    deadline = None if deadline_ms is None else arrived + deadline_ms / 1000  # the IR caps deadline_ms (decision 31)
     job = scheduler.submit(plan.requests, deadline)
     try:
         return await asyncio.wait_for(asyncio.wrap_future(job), None if deadline is None else max(0.0, deadline - time.monotonic()))
