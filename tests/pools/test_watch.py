@@ -78,6 +78,7 @@ def test_a_watch_the_server_ends_resumes_from_the_last_version_seen(api: FakeApi
 
 def test_a_refusal_is_shown_and_the_slices_last_seen_stay(api: FakeApiServer, watch: tuple[SliceWatch, threading.Event]) -> None:
     w, _ = watch
+    wait_for(lambda: api.watches() == 1, what="the watch to open")  # else there is nothing to end yet
     api.forbidden.add(NS)
     api.end_watches()
     wait_for(lambda: w.error is not None, what="the refusal")
