@@ -21,7 +21,9 @@ serve: install
 
 test: install
 	$(BIN)/vllm-sr schemas check
+	# Type-checks sr_control and sr_runtime as [tool.mypy] in pyproject.toml says; cache in .mypy_cache.
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache

@@ -19,7 +19,9 @@ def configure(level: str = "info", fmt: LogFormat = "console") -> None:
     if fmt == "json":
         renderer = structlog.processors.JSONRenderer()
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        # Plain tracebacks: the default draws them with rich, locals and all, which took minutes
+        # for a deep one and held a server's event loop meanwhile (docs/reliability.md).
+        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -40,4 +42,4 @@ def _stderr_logger(*args: object) -> structlog.PrintLogger:
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
-    return structlog.get_logger(name)  # type: ignore[no-any-return]
+    return structlog.get_logger(name)

@@ -19,6 +19,7 @@ from typing import Union
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, PreTrainedModel
+from transformers.cache_utils import CacheLayerMixin, LinearAttentionCacheLayerMixin
 from transformers.utils import logging as hf_logging
 
 from sr_runtime.errors import CheckpointError
@@ -102,7 +103,9 @@ class Backbone:
         except (OSError, ValueError, RuntimeError) as exc:
             raise CheckpointError(f"cannot load the weights in {path}: {exc}".splitlines()[0]) from None
         target = torch.device(device)
-        return cls(model.to(target).eval(), target)
+        # transformers decorates PreTrainedModel.to with functools.wraps(Module.to), and typeshed's
+        # _Wrapped keeps the unbound signature, so a checker wants the model as the first argument.
+        return cls(model.to(target).eval(), target)  # type: ignore[arg-type]
 
     def lm_head_rows(self, token_ids: Sequence[int]) -> torch.Tensor:
         """[codes, hidden]: the zero-shot readout is the LM head's rows of the answer-code tokens."""
@@ -145,10 +148,16 @@ class Backbone:
         )
         layers: list[LayerState] = []
         for i, kind in enumerate(self.kinds):
+            # The cache holds either kind of layer; the config's layer_types say which each is,
+            # and the forward pass above has filled every one.
             layer = cache.layers[i]
             if kind == "linear_attention":
-                layers.append(RecurrentState(layer.conv_states[0], layer.recurrent_states[0]))
+                assert isinstance(layer, LinearAttentionCacheLayerMixin)
+                conv, recurrent = layer.conv_states[0], layer.recurrent_states[0]
+                assert conv is not None and recurrent is not None
+                layers.append(RecurrentState(conv, recurrent))
             else:
+                assert isinstance(layer, CacheLayerMixin) and layer.keys is not None and layer.values is not None
                 layers.append(AttentionState(layer.keys, layer.values))
         return StateSnapshot(n, tuple(layers), out.last_hidden_state[0])
 

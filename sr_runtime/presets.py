@@ -23,7 +23,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from sr_runtime.checkpoint import DECISION_CONFIG, READOUT
 from sr_runtime.mask import AttentionMode
 from sr_runtime.prompt import LAYOUTS
-from sr_runtime.types import ChoiceQuestion, NoulQuestion, ScoreQuestion
+from sr_runtime.types import ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
 
 HIDDEN = 64
 VOCAB = 1024
@@ -127,7 +127,7 @@ MEDIA = {
 def _training_text() -> list[str]:
     """The corpus, plus prompts in both layouts so the scaffolding gets its own merges."""
     lines = CORPUS.splitlines()
-    questions = [
+    questions: list[Question] = [
         NoulQuestion("Does the user report a problem that blocks their work?"),
         ChoiceQuestion((("billing", "Payments, invoices and refunds"), ("engineering", "Outages, errors and bugs"), ("other", None)), "Which team should handle this request?"),
         ScoreQuestion(("calm", "annoyed", "angry"), "How angry is the customer?"),

@@ -67,7 +67,7 @@ class ParsedRequest:
     def response(self, model: str, result: Result) -> dict[str, Any]:
         """The standard response body for ``result`` (QuestionFailed if a question failed)."""
         reply = to_reply(EnginePlan({"": self.item}), [result], model)
-        return json.loads(REGISTRY.listener(self.req.schema).answer_success(self.req, reply))  # type: ignore[no-any-return]
+        return json.loads(REGISTRY.listener(self.req.schema).answer_success(self.req, reply))
 
 
 def read_request(body: Mapping[str, Any] | bytes, schema: str = "vllm-sr/5.0") -> ParsedRequest:

@@ -196,7 +196,8 @@ def chart_schema() -> dict[str, Any]:
             "sidecar": _obj(
                 {
                     "port": _port("ext_proc gRPC port (loopback)."),
-                    "statusPort": _port("/status, /metrics, /healthz (loopback)."),
+                    "statusPort": _port("/status, /metrics, /healthz (loopback unless exposeMetrics)."),
+                    "exposeMetrics": _bool("Open the status port to the pod network, for the ServiceMonitor (ext_proc stays on loopback)."),
                     "workers": _int("Worker processes.", 1, 64),
                     "drainSeconds": _int("vllm-sr extproc serve --drain-s."),
                     "extraArgs": _list("More vllm-sr extproc serve flags.", {"type": "string"}),

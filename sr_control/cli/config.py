@@ -13,7 +13,7 @@ import typer
 from sr_control.cli.compile import compile_command
 from sr_control.cli.errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, fail
 from sr_control.config import load as loader
-from sr_control.config.errors import ConfigError, ConfigUnreadable
+from sr_control.config.errors import ConfigError, ConfigUnreadable, Problem
 from sr_control.config.explain import explain as explain_config, explain_text
 from sr_control.config.migrate import MigrationRefused, migrate_text, write_atomic
 from sr_control.config.model import RouterConfig
@@ -70,7 +70,7 @@ def validate(
     raise typer.Exit(code)
 
 
-def _json_problem(problem) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def _json_problem(problem: Problem) -> dict[str, object]:
     out = problem.as_json()
     out.pop("severity")
     return out

@@ -29,10 +29,11 @@ def _listeners(text: str) -> tuple[str, ...]:
 
 @app.command()
 def serve(
-    xds: Annotated[Address, typer.Option("--xds", parser=address, metavar="HOST:PORT", help="The control plane's ADS port, where the sidecar subscribes to its data.", show_default=False)],  # type: ignore[assignment]
+    xds: Annotated[Address, typer.Option("--xds", parser=address, metavar="HOST:PORT", help="The control plane's ADS port, where the sidecar subscribes to its data.", show_default=False)],
     host: Annotated[str, typer.Option(help="Address to listen on (the sidecar runs beside Envoy: loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="The ext_proc gRPC port Envoy calls.", min=1, max=65535)] = 18080,
     status_port: Annotated[int, typer.Option(help="HTTP port for /status, /metrics and /healthz.", min=0, max=65535)] = 18081,
+    status_host: Annotated[str, typer.Option(help="Address of the status port (default: --host); e.g. 0.0.0.0 for a Prometheus outside the pod.", show_default=False)] = "",
     workers: Annotated[int, typer.Option(help="Worker processes sharing the gRPC port; their metrics add up on one /metrics.", min=1, max=64)] = 1,
     listeners: Annotated[str, typer.Option(help="The listeners to serve: 'all', or names separated by commas.")] = "all",
     node_id: Annotated[str, typer.Option(help="Node ID in the control plane's /status (default: vllm-sr-sidecar/HOST/PID).")] = "",
@@ -53,6 +54,7 @@ def serve(
         host=host,
         port=port,
         status_port=status_port,
+        status_host=status_host,
         workers=workers,
         listeners=_listeners(listeners),
         node_id=node_id,

@@ -12,11 +12,10 @@ from collections.abc import Iterator
 from envoy.config.route.v3 import route_components_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
-from google.protobuf.message import Message
 
 from sr_control.compiler import names
 from sr_control.compiler.errors import CompileError
-from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, SIDECAR
+from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, SIDECAR, Listener, RouteConfiguration
 from sr_control.compiler.resources import Resources
 
 
@@ -47,7 +46,8 @@ def consistency_problems(resources: Resources) -> list[str]:
                     if cluster not in clusters:
                         problems.append(f"{listener.name}: ext_proc calls cluster {cluster!r}, which is not compiled")
     for route_config in resources[ROUTE]:
-        for vhost in route_config.message.virtual_hosts:
+        message: RouteConfiguration = route_config.message
+        for vhost in message.virtual_hosts:
             for route in vhost.routes:
                 cluster = route.route.cluster
                 if cluster and cluster not in clusters:
@@ -68,8 +68,8 @@ def consistent(resources: Resources) -> Resources:
     return resources
 
 
-def _connection_managers(listener: Message) -> Iterator[hcm_pb2.HttpConnectionManager]:
-    for chain in listener.filter_chains:  # type: ignore[attr-defined]
+def _connection_managers(listener: Listener) -> Iterator[hcm_pb2.HttpConnectionManager]:
+    for chain in listener.filter_chains:
         for network_filter in chain.filters:
             if network_filter.typed_config.Is(hcm_pb2.HttpConnectionManager.DESCRIPTOR):
                 hcm = hcm_pb2.HttpConnectionManager()

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from functools import cache
 from typing import Any, TypeVar
 
-from google.protobuf import json_format, message_factory, symbol_database
+from google.protobuf import descriptor_pool, json_format, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
@@ -61,7 +61,7 @@ class _Misfit(Exception):
         self.loc = loc or []
 
 
-_pool = symbol_database.Default().pool
+_pool = descriptor_pool.Default()  # the pool symbol_database.Default() reads
 _WRAPPERS_FILE = "google/protobuf/wrappers.proto"
 # Well-known types whose JSON form ParseDict itself reads here: rare in templates, and their
 # forms (RFC 3339 times, camelCase paths, any JSON value) are best left to their one reader.
@@ -76,7 +76,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 # How each field of a message type is filled, worked out once per type.
 _SCALAR, _MESSAGE, _LIST, _MESSAGES, _MAP, _MESSAGE_MAP = range(6)
-_Plan = dict[str, tuple[str, int, FieldDescriptor, "str | None", "type | None"]]
+_Plan = dict[str, tuple[str, int, FieldDescriptor, "str | None", "type[Any] | None"]]
 # The Python type a scalar field takes as it is, with nothing to convert or check (but ASCII,
 # for strings): the common case, kept fast.
 _PLAIN = {
@@ -239,6 +239,7 @@ def _fill_fields(data: Any, message: Any, skip: str | None = None) -> None:
             elif kind == _MESSAGES:
                 message.ClearField(name)  # a field given twice (both spellings): the last wins
                 target = getattr(message, name)
+                assert f.message_type is not None  # _MESSAGES fields are repeated messages
                 for i, item in enumerate(_as_list(value)):
                     try:
                         if item is None and f.message_type.full_name != "google.protobuf.Value":
@@ -282,8 +283,10 @@ def _fill_map(value: Any, message: Any, name: str, kind: int, f: FieldDescriptor
         raise _Misfit(f"must be a mapping, not {value!r}")
     message.ClearField(name)
     target = getattr(message, name)
-    key_field = f.message_type.fields_by_name["key"]
-    value_field = f.message_type.fields_by_name["value"]
+    entry_type = f.message_type
+    assert entry_type is not None  # a map field is repeated map-entry messages
+    key_field = entry_type.fields_by_name["key"]
+    value_field = entry_type.fields_by_name["value"]
     for k, v in value.items():
         try:
             key = _scalar(key_field, k, key=True)
@@ -377,9 +380,10 @@ def _float(value: Any, *, float32: bool) -> float:
 
 def _enum(f: FieldDescriptor, value: Any) -> int:
     enum = f.enum_type
+    assert enum is not None  # called for enum fields only
     named = enum.values_by_name.get(value)
     if named is not None:
-        return named.number  # type: ignore[no-any-return]
+        return named.number
     try:
         number = int(value)
     except ValueError:

@@ -7,7 +7,7 @@ type is resolved through the descriptor pool, which only knows imported modules.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
@@ -33,12 +33,13 @@ from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # 
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
 
-Listener = listener_pb2.Listener
-RouteConfiguration = route_pb2.RouteConfiguration
-Cluster = cluster_pb2.Cluster
-ClusterLoadAssignment = endpoint_pb2.ClusterLoadAssignment
-Bootstrap = bootstrap_pb2.Bootstrap
-TypedStruct = typed_struct_pb2.TypedStruct
+# Aliases, usable in annotations; xds-protos ships no types, so to a checker each is Any.
+Listener: TypeAlias = listener_pb2.Listener
+RouteConfiguration: TypeAlias = route_pb2.RouteConfiguration
+Cluster: TypeAlias = cluster_pb2.Cluster
+ClusterLoadAssignment: TypeAlias = endpoint_pb2.ClusterLoadAssignment
+Bootstrap: TypeAlias = bootstrap_pb2.Bootstrap
+TypedStruct: TypeAlias = typed_struct_pb2.TypedStruct
 
 _PREFIX = "type.googleapis.com/"
 LISTENER = _PREFIX + Listener.DESCRIPTOR.full_name

@@ -32,6 +32,7 @@ class SidecarData:
         self._values: dict[tuple[Any, ...], Any] = {}
         for name, dep in config.deployments.items():
             self._deployments_of.setdefault(dep.model, []).append(name)
+            assert dep.endpoint is not None  # a Service-backed deployment's is derived from the Service
             self._deployments[name] = struct_value(dep.model_dump(mode="json", by_alias=True, exclude_none=True) | {
                 "cluster": names.deployment_cluster(name),
                 "path": upstream([dep.endpoint], f"deployments.{name}.endpoint").base_path or "/",

@@ -45,12 +45,16 @@ class _Const:
         self.value = value
 
 
+def _constant(value: Any) -> Build:
+    return lambda values: value
+
+
 class Template:
     def __init__(self, name: str, tree: Any) -> None:
         self.name = name
         self.params: frozenset[str] = frozenset(_params(tree))
         built = _compile(tree)
-        self._build: Build = (lambda values, v=built.value: v) if isinstance(built, _Const) else built
+        self._build: Build = _constant(built.value) if isinstance(built, _Const) else built
 
     def fill(self, values: Mapping[str, Any]) -> Any:
         if values.keys() != self.params:

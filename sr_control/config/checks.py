@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import ipaddress
 
 from sr_control.apis import REGISTRY, UnknownApiError
-from sr_control.config.catalog import api_kind, catalog
+from sr_control.config.catalog import ModelCatalog, api_kind, catalog
 from sr_control.config.errors import Loc
-from sr_control.config.model import RouterConfig
+from sr_control.config.model import ApiSettings, RouterConfig
 from sr_control.systemone import schemas
 from sr_control.systemone.generated.fields import PRESETS
 from sr_control.systemone.generated.strip import REFUSE
@@ -96,9 +96,9 @@ def check_systemone_02_capabilities(ctx: Context) -> Iterator[Finding]:
             if modality in REFUSE["asset_type"]:
                 yield loc + ("modalities", j), f"{rule} cannot carry {modality} assets (0.2 takes text and images)"
         for j, preset in enumerate(dep.capabilities.presets):
-            kind = PRESETS.get(preset, {}).get("type")
-            if kind in REFUSE["question_type"]:
-                yield loc + ("presets", j), f"{rule} cannot carry preset {preset!r}: it needs {kind} questions (0.2 presets expand to instructions and criteria)"
+            preset_kind = PRESETS.get(preset, {}).get("type")
+            if preset_kind in REFUSE["question_type"]:
+                yield loc + ("presets", j), f"{rule} cannot carry preset {preset!r}: it needs {preset_kind} questions (0.2 presets expand to instructions and criteria)"
 
 
 def check_pools(ctx: Context) -> Iterator[Finding]:
@@ -161,7 +161,7 @@ def _overlap(a: str, b: str) -> bool:
     return ipaddress.ip_address(a) == ipaddress.ip_address(b)
 
 
-def _check_apis(ctx: Context, loc: Loc, apis: dict, models) -> Iterator[Finding]:  # type: ignore[type-arg]
+def _check_apis(ctx: Context, loc: Loc, apis: dict[str, ApiSettings], models: ModelCatalog) -> Iterator[Finding]:
     given: dict[str, str] = {}
     for key, settings in apis.items():
         try:

@@ -21,6 +21,9 @@ from sr_control.config.errors import Loc, Problem
 
 # (key line, key column, value line, value column), 0-based; a list item's key is its dash.
 Mark = tuple[int, int, int, int]
+# Where a value sits in the YAML as written: its mapping keys are any YAML scalar, not only the
+# str and int of a Loc (what pydantic reports, and what ``position`` looks up).
+YamlPath = tuple[str | int | float | bool | None, ...]
 
 
 class YamlSyntaxError(Exception):
@@ -34,7 +37,7 @@ class Marked:
     """Plain data (dicts, lists, scalars) and the position of every value in it."""
 
     data: Any
-    marks: dict[Loc, Mark] = field(default_factory=dict)
+    marks: dict[YamlPath, Mark] = field(default_factory=dict)
 
     def position(self, loc: Loc, *, at_key: bool = False) -> tuple[int, int]:
         """1-based (line, column) of ``loc``, or of the deepest part of it that exists.
@@ -60,7 +63,7 @@ class Marked:
         return line + 1, col + 1
 
 
-class _CoreLoader(yaml.CSafeLoader):  # type: ignore[misc, name-defined]
+class _CoreLoader(yaml.CSafeLoader):
     """libyaml's parser with the YAML 1.2 core schema's scalar resolution."""
 
 
@@ -124,7 +127,7 @@ def read(text: str, file: str) -> Marked:
         loader.dispose()
 
 
-def _build(loader: Any, node: Any, loc: Loc, marks: dict[Loc, Mark], file: str) -> Any:
+def _build(loader: Any, node: Any, loc: YamlPath, marks: dict[YamlPath, Mark], file: str) -> Any:
     if isinstance(node, yaml.ScalarNode):
         return loader.construct_object(node, deep=True)
     if isinstance(node, yaml.SequenceNode):
@@ -162,9 +165,9 @@ def from_round_trip(doc: Any) -> Marked:
     """A ruamel.yaml round-trip tree (after an in-memory migration) as Marked data."""
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-    marks: dict[Loc, Mark] = {}
+    marks: dict[YamlPath, Mark] = {}
 
-    def walk(node: Any, loc: Loc) -> Any:
+    def walk(node: Any, loc: YamlPath) -> Any:
         if isinstance(node, CommentedMap):
             out = {}
             for key, value in node.items():

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-CURRENT_VERSION = 2
+CURRENT_VERSION: Final = 2  # Final: the value is the type RouterConfig.version takes, Literal[2]
 
 QuestionType = Literal["noul", "choice", "score", "box", "span", "set", "track"]
 Modality = Literal["text", "image", "video"]

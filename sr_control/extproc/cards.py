@@ -92,7 +92,7 @@ class CardBook:
         d = member.declared
         if d is None:
             return CardState(STANDARD_CARD if member.schema == "systemone/0.2" else None, "publishes no card and declares no capabilities")
-        fields = frozenset() if member.schema == "systemone/0.2" else None
+        fields: frozenset[str] | None = frozenset() if member.schema == "systemone/0.2" else None
         return CardState(Card(d.question_types, d.modalities, d.presets, fields=fields, source="declared"))
 
     def _start(self, key: tuple[Any, ...], member: Member) -> None:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.type.v3 import http_status_pb2
 
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 
@@ -54,8 +53,13 @@ def headers_of(message: pb.HttpHeaders) -> dict[str, str]:
     return {h.key: (h.raw_value or h.value.encode()).decode("latin-1") for h in message.headers.headers}
 
 
-def _set(headers: Iterable[tuple[str, str]]) -> list[base_pb2.HeaderValueOption]:
-    return [base_pb2.HeaderValueOption(header=base_pb2.HeaderValue(key=k, raw_value=v.encode("latin-1")), append_action=_OVERWRITE) for k, v in headers]
+def _set(mutation: pb.HeaderMutation, headers: Iterable[tuple[str, str]]) -> None:
+    # Filled in place: on this hot path, about half the time of building each message from
+    # keyword arguments and copying it into its parent.
+    for k, v in headers:
+        option = mutation.set_headers.add(append_action=_OVERWRITE)
+        option.header.key = k
+        option.header.raw_value = v.encode("latin-1")
 
 
 def forward(f: Forward, cluster_header: str) -> pb.ProcessingResponse:
@@ -67,12 +71,14 @@ def forward(f: Forward, cluster_header: str) -> pb.ProcessingResponse:
         sets.append((":path", f.path))
     if f.body is not None:
         sets.append(("content-length", str(len(f.body))))
-    common = pb.CommonResponse(
-        header_mutation=pb.HeaderMutation(set_headers=_set(sets), remove_headers=list(f.remove_headers)),
-        body_mutation=pb.BodyMutation(body=f.body) if f.body is not None else None,
-        clear_route_cache=f.cluster is not None,
-    )
-    return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
+    out = pb.ProcessingResponse()
+    common = out.request_body.response
+    _set(common.header_mutation, sets)
+    common.header_mutation.remove_headers.extend(f.remove_headers)
+    if f.body is not None:
+        common.body_mutation.body = f.body
+    common.clear_route_cache = f.cluster is not None
+    return out
 
 
 def forward_headers(f: Forward, cluster_header: str) -> pb.ProcessingResponse:
@@ -80,21 +86,21 @@ def forward_headers(f: Forward, cluster_header: str) -> pb.ProcessingResponse:
     sets = list(f.set_headers) + ([(cluster_header, f.cluster)] if f.cluster is not None else [])
     if f.path is not None:
         sets.append((":path", f.path))
-    common = pb.CommonResponse(
-        header_mutation=pb.HeaderMutation(set_headers=_set(sets), remove_headers=list(f.remove_headers)),
-        clear_route_cache=f.cluster is not None,
-    )
-    return pb.ProcessingResponse(request_headers=pb.HeadersResponse(response=common))
+    out = pb.ProcessingResponse()
+    common = out.request_headers.response
+    _set(common.header_mutation, sets)
+    common.header_mutation.remove_headers.extend(f.remove_headers)
+    common.clear_route_cache = f.cluster is not None
+    return out
 
 
 def immediate(a: Answer) -> pb.ProcessingResponse:
-    return pb.ProcessingResponse(
-        immediate_response=pb.ImmediateResponse(
-            status=http_status_pb2.HttpStatus(code=a.status),  # type: ignore[arg-type]
-            headers=pb.HeaderMutation(set_headers=_set(a.headers)),
-            body=a.body,
-        )
-    )
+    out = pb.ProcessingResponse()
+    immediate = out.immediate_response
+    immediate.status.code = a.status
+    _set(immediate.headers, a.headers)
+    immediate.body = a.body
+    return out
 
 
 def replace_response(a: Answer, upstream_status: int) -> pb.ProcessingResponse:
@@ -102,8 +108,11 @@ def replace_response(a: Answer, upstream_status: int) -> pb.ProcessingResponse:
     sets = list(a.headers) + [("content-length", str(len(a.body)))]
     if a.status != upstream_status:
         sets.append((":status", str(a.status)))
-    common = pb.CommonResponse(header_mutation=pb.HeaderMutation(set_headers=_set(sets)), body_mutation=pb.BodyMutation(body=a.body))
-    return pb.ProcessingResponse(response_body=pb.BodyResponse(response=common))
+    out = pb.ProcessingResponse()
+    common = out.response_body.response
+    _set(common.header_mutation, sets)
+    common.body_mutation.body = a.body
+    return out
 
 
 __all__ = [

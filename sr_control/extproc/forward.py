@@ -178,12 +178,14 @@ class SystemOne:
     def reencode(self, call: Call, status: int, headers: dict[str, str], body: bytes) -> Answer:
         """The member's /v1/decisions reply as the client's endpoint and schema answer it."""
         codec, req = call.codec, call.req
-        if status != 200:
-            return _http(codec.answer_upstream_error(req, status, headers.items(), body))
         try:
+            if status != 200:
+                return _http(codec.answer_upstream_error(req, status, headers.items(), body))
             return Answer(200, _JSON, codec.answer_success(req, body))
         except ProtocolError as exc:
             return error_answer(codec, exc, req)
+        except Exception as exc:  # noqa: BLE001 - whatever the member sent, the client gets a 502
+            return error_answer(codec, unreadable(call, call.member, exc), req)
 
     # ------------------------------------------------------------------------ calls made here
 
@@ -241,6 +243,8 @@ class SystemOne:
                 decoded = decode_reply(reply.body, sub)
             except ProtocolError as exc:
                 return {}, exc.info
+            except Exception as exc:  # noqa: BLE001 - a reply of the wrong shape
+                return {}, unreadable(call, member, exc)
             return {n: decoded.items[n] for n in names if n in decoded.items}, None
         info = decode_error(reply.status, reply.headers, reply.body)
         if reply.status in RETRIABLE:
@@ -269,7 +273,11 @@ class SystemOne:
                     answered.update(codec.missed(plan, wire))
                 failure = reply
                 return
-            got = codec.decode_reply(plan, wire, WireReply(reply.status, reply.body, reply.headers))
+            try:
+                got = codec.decode_reply(plan, wire, WireReply(reply.status, reply.body, reply.headers))
+            except Exception as exc:  # noqa: BLE001 - a reply of the wrong shape
+                failure = unreadable(call, member, exc)
+                return
             for name, result in got.items():
                 if result.error is not None and result.error.status in RETRIABLE:
                     failure = result.error
@@ -294,6 +302,16 @@ class SystemOne:
         if reply.status >= 500 and reply.status not in (504,):
             self.s.cards.failed(member, f"answered {reply.status}")
         return reply
+
+
+def unreadable(call: Call, member: Member | None, exc: BaseException) -> ErrorInfo:
+    """A member's reply the codec could not read: 502 for the client (the member's fault, and
+    another member may do better), with the traceback in the log."""
+    if isinstance(exc, ProtocolError):
+        return exc.info
+    name = member.name if member is not None else "the member"
+    _log.warning("member reply unreadable", request_id=call.incoming.request_id, member=name, error=f"{type(exc).__name__}: {exc}")
+    return ErrorInfo(502, "invalid_model_output", f"{name} answered with a reply that cannot be read ({type(exc).__name__}: {exc})", "upstream_error", "invalid_model_output")
 
 
 # ---------------------------------------------------------------------------- the IR for a member

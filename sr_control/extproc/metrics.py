@@ -7,36 +7,56 @@ them up, so N workers show as one sidecar.
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
+
+M = TypeVar("M", bound=MetricWrapperBase)
 
 # The request seconds a sidecar adds are sub-millisecond; calls that go upstream take longer.
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class Family(Generic[M]):
+    """A labelled metric whose children are looked up by their label values alone: a request
+    touches four or five of them, and ``labels()`` checks and rebuilds its key each time."""
+
+    def __init__(self, metric: M) -> None:
+        self.metric: M = metric
+        self._children: dict[tuple[str, ...], M] = {}
+
+    def labels(self, *values: str) -> M:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self.metric.labels(*values)
+        return child
 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        self.diagnostics = Counter(
+        self.diagnostics = Family(Counter(
             "vsr_systemone_listener_diagnostics",
             "System One requests per listener by form: each 4.0-only form a request used (states, choices, "
             "implicit_roles, ...), and how it went on (passthrough or convert). When a 4.0 listener's 4.0 forms "
             "stop counting up, it can switch to vllm-sr/5.0.",
             ["listener", "form"],
             registry=r,
-        )
-        self.requests = Counter("vsr_extproc_requests", "Requests the sidecar handled, by listener, API and the status the client got.", ["listener", "api", "status"], registry=r)
-        self.seconds = Histogram("vsr_extproc_request_seconds", "Time from a request's headers reaching the sidecar to its answer leaving it.", ["listener", "api"], buckets=_BUCKETS, registry=r)
-        self.upstream = Counter(
+        ))
+        self.requests = Family(Counter("vsr_extproc_requests", "Requests the sidecar handled, by listener, API and the status the client got.", ["listener", "api", "status"], registry=r))
+        self.seconds = Family(Histogram("vsr_extproc_request_seconds", "Time from a request's headers reaching the sidecar to its answer leaving it.", ["listener", "api"], buckets=_BUCKETS, registry=r))
+        self.upstream = Family(Counter(
             "vsr_extproc_upstream_calls",
             "Calls to pool members by result: ok, client_error (4xx), server_error (5xx), timeout, connection.",
             ["member", "result"],
             registry=r,
-        )
-        self.failovers = Counter("vsr_extproc_failovers", "Requests answered by another member after the chosen one failed.", ["listener"], registry=r)
-        self.versions = Gauge("vsr_extproc_config_versions", "Versions of sidecar data held, per listener.", ["listener"], registry=r, multiprocess_mode="max")
-        self.version_waits = Counter("vsr_extproc_version_waits", "Requests that named a config version not received yet, by outcome (arrived, timeout).", ["outcome"], registry=r)
-        self.errors = Counter("vsr_extproc_internal_errors", "Unexpected errors in the sidecar (each logged with its traceback; the client got 500).", ["api"], registry=r)
+        ))
+        self.failovers = Family(Counter("vsr_extproc_failovers", "Requests answered by another member after the chosen one failed.", ["listener"], registry=r))
+        self.versions = Family(Gauge("vsr_extproc_config_versions", "Versions of sidecar data held, per listener.", ["listener"], registry=r, multiprocess_mode="max"))
+        self.version_waits = Family(Counter("vsr_extproc_version_waits", "Requests that named a config version not received yet, by outcome (arrived, timeout).", ["outcome"], registry=r))
+        self.errors = Family(Counter("vsr_extproc_internal_errors", "Unexpected errors in the sidecar (each logged with its traceback; the client got 500).", ["api"], registry=r))
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
@@ -51,4 +71,4 @@ def upstream_result(status: int | None, failure: str | None = None) -> str:
     return "client_error" if status < 500 else "server_error"
 
 
-__all__ = ["Metrics", "upstream_result"]
+__all__ = ["Family", "Metrics", "upstream_result"]

@@ -192,7 +192,7 @@ def serve(settings: SidecarSettings, *, stop: threading.Event | None = None, on_
         return _supervise(settings, stop, on_ready)
     worker = Worker(settings)
     http = StatusServer(
-        settings.host, settings.status_port,
+        settings.status_address, settings.status_port,
         status=lambda: {"workers": [worker.status_from_thread()]},
         metrics=lambda: worker.sidecar.metrics.text() if worker.started.is_set() else b"",
         serving=worker.ready,
@@ -207,7 +207,11 @@ def serve(settings: SidecarSettings, *, stop: threading.Event | None = None, on_
 
     _signals(on_signal)
     if stop is not None:
-        threading.Thread(target=lambda: (stop.wait(), worker.stop()), daemon=True).start()
+        def stop_when_asked() -> None:
+            stop.wait()
+            worker.stop()
+
+        threading.Thread(target=stop_when_asked, daemon=True).start()
     if on_ready is not None:
         threading.Thread(target=lambda: (worker.started.wait(), on_ready(worker.port, http.port)), daemon=True).start()
     try:
@@ -284,7 +288,7 @@ def _supervise(settings: SidecarSettings, stop: threading.Event | None, on_ready
         return all(p.is_alive() for p in procs) and all(now - s.get("at", now) < 10 and s.get("alive", True) for s in statuses())
 
     http = StatusServer(
-        settings.host, settings.status_port,
+        settings.status_address, settings.status_port,
         status=lambda: {"workers": statuses()}, metrics=lambda: generate_latest(registry),
         serving=ready, alive=alive, not_ready=NOT_READY, not_alive=NOT_ALIVE,
     )
@@ -292,7 +296,11 @@ def _supervise(settings: SidecarSettings, stop: threading.Event | None, on_ready
     done = threading.Event()
     _signals(lambda *_: done.set())
     if stop is not None:
-        threading.Thread(target=lambda: (stop.wait(), done.set()), daemon=True).start()
+        def done_when_asked() -> None:
+            stop.wait()
+            done.set()
+
+        threading.Thread(target=done_when_asked, daemon=True).start()
     if on_ready is not None:
         def announce() -> None:
             while not done.is_set() and not ready():

@@ -14,6 +14,9 @@ class SidecarSettings:
     host: str = "127.0.0.1"
     port: int = 18080  # the ext_proc gRPC port Envoy calls
     status_port: int = 18081  # /status, /metrics, /healthz
+    # Where the status port listens: "" = host. A Prometheus outside the pod needs it reachable
+    # while the gRPC port stays on loopback for Envoy alone.
+    status_host: str = ""
     workers: int = 1
     listeners: tuple[str, ...] = ()  # () = every listener
     node_id: str = ""  # "" = vllm-sr-sidecar/<host>/<pid>
@@ -25,6 +28,10 @@ class SidecarSettings:
     # upstream call (docs/extproc/flow.md measures both).
     forwarding: Forwarding = "envoy"
     drain_s: float = 10.0  # on SIGTERM: how long open streams may take to finish
+
+    @property
+    def status_address(self) -> str:
+        return self.status_host or self.host
 
 
 __all__ = ["Forwarding", "SidecarSettings"]

@@ -81,7 +81,7 @@ def _subseq(models: Any, picks: list[int]) -> CommentedSeq:
     seq = _flow_seq([models[i] for i in picks])
     for j, i in enumerate(picks):
         try:
-            seq.lc.add_kv_line_col(j, list(models.lc.item(i)))  # type: ignore[arg-type]
+            seq.lc.add_kv_line_col(j, list(models.lc.item(i)))
         except (AttributeError, KeyError, TypeError):
             pass
     return seq

@@ -101,7 +101,9 @@ class SliceWatch:
             _preload_content=False,
             _request_timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S),
         )
-        data = json.loads(response.data)
+        # With _preload_content=False the client returns the raw urllib3 response, not the
+        # V1EndpointSliceList its annotations promise.
+        data = json.loads(response.data)  # type: ignore[attr-defined]
         slices = {item["metadata"]["name"]: item for item in data.get("items") or []}
         with self._lock:
             changed = slices != self._slices

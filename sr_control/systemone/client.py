@@ -3,7 +3,7 @@
     codec = CLIENTS["systemone/0.2"]
     plan = codec.plan(ir, Target("systemone/0.2", model="d3", deviations=("state_text",)), Policy(deadline_ms=1500))
     for call in plan.calls:                   # the caller runs at most plan.max_concurrency at once
-        results |= codec.decode_reply(plan, call, WireReply(status, headers, body))
+        results |= codec.decode_reply(plan, call, WireReply(status, body, headers))
         # or, for a call that missed plan.deadline_ms:  results |= codec.missed(plan, call)
     reply = codec.assemble(plan, results)     # -> Reply, in the shape of ir
 
@@ -24,9 +24,9 @@ from sr_control.systemone.deviations import DEVIATIONS
 from sr_control.systemone.generated.fields import SPECS, STANDARD_ASSET_FORMATS, STANDARD_QUESTIONS
 from sr_control.systemone.generated.strip import REFUSE
 from sr_control.systemone.ir import Batch, ItemResult, Listing, Reply, Request, items
-from sr_control.systemone.jsontext import JsonObject, Number, dumpb, loads
+from sr_control.systemone.jsontext import JsonObject, Number, dumpb
 from sr_control.systemone.listener import LONG_CONTEXT_HEADER
-from sr_control.systemone.replies import decode_error, decode_listing, decode_reply, item_result
+from sr_control.systemone.replies import decode_error, decode_listing, decode_reply
 from sr_control.systemone.writing import request_doc
 
 LISTING_PATH = "/v1/models"
@@ -128,11 +128,12 @@ class SchemaCodec:
                                  message=f"not answered: the batch failed on request {info.state!r}")
                 return {name: ItemResult(error=info if name == info.state else replace(others, state=name)) for name in call.items}
             return {name: ItemResult(error=_for_item(info, name, plan)) for name in call.items}
-        doc = loads(reply.body)
         if call.batch:
             sub = Batch({name: r for name, r in items(plan.ir) if name in call.items})
-            return dict(decode_reply(doc, sub).items)
-        return {call.items[0]: item_result(doc)}
+            return dict(decode_reply(reply.body, sub).items)
+        # One request: its response, or ProtocolError for a body that is no JSON object, as for a batch.
+        name = call.items[0]
+        return {name: decode_reply(reply.body, dict(items(plan.ir))[name]).items[""]}
 
     def missed(self, plan: CallPlan, call: WireCall) -> dict[str, ItemResult]:
         """A call that did not answer within the caller's deadline: only its questions are unknown."""

@@ -48,11 +48,48 @@ def _py(value: Any) -> str:
     return pprint.pformat(value, width=110, sort_dicts=False)
 
 
-def _module(doc: str, sources: str, tables: Mapping[str, Any]) -> str:
+def _module(doc: str, sources: str, tables: Mapping[str, Any], types: Mapping[str, str] | None = None) -> str:
+    """The module text; ``types`` annotates tables whose type a checker cannot infer from the
+    literal (an empty bounds dict, a union of shapes) and that the codecs index into."""
     out = [_HEADER.format(doc=doc, sources=sources)]
+    if types:
+        out.append("from typing import Any\n\n")
     for name, value in tables.items():
-        out.append(f"{name} = {_py(value)}\n\n")
+        annotation = f": {types[name]}" if types else ""
+        out.append(f"{name}{annotation} = {_py(value)}\n\n")
     return "".join(out).rstrip("\n") + "\n"
+
+
+# The fields module's tables, by name. Bounds are the spec's minimum, maximum, exclusive_minimum,
+# min_items and max_items; a member is (type, required, bounds); 4.0's are (type, bounds[, types]).
+_BOUNDS = "dict[str, int | float]"
+_MEMBERS = f"dict[str, tuple[str, bool, {_BOUNDS}]]"
+_FIELDS_TYPES = {
+    "SPECS": "dict[str, tuple[str, str]]",
+    "STANDARD_SOURCE": "dict[str, str]",
+    "RUNTIME_CONTRACT": "str",
+    "STANDARD_REQUEST": _MEMBERS,
+    "STANDARD_QUESTIONS": f"dict[str, {_MEMBERS}]",
+    "STANDARD_NOUL_CRITERIA": _MEMBERS,
+    "STANDARD_ASSET": _MEMBERS,
+    "STANDARD_ASSET_FORMATS": "dict[str, tuple[str, ...]]",
+    "STANDARD_RESPONSE": _MEMBERS,
+    "STANDARD_USAGE": _MEMBERS,
+    "STANDARD_ANSWERS": f"dict[str, {_MEMBERS}]",
+    "STANDARD_LISTING_ITEM": _MEMBERS,
+    "LIMITS": "dict[str, dict[str, int]]",
+    "EXTENSION_FIELDS": "dict[str, dict[str, Any]]",  # type, bounds, since, question_types, endpoints
+    "EXTENSION_QUESTION_TYPES": f"dict[str, dict[str, tuple[str, {_BOUNDS}] | None]]",
+    "EXTENSION_ASSET_TYPES": "dict[str, tuple[str, ...]]",
+    "EXTENSION_ENDPOINTS": "tuple[str, ...]",
+    "LEGACY_REQUEST": f"dict[str, tuple[str, {_BOUNDS}]]",
+    "LEGACY_OPTIONS": f"dict[str, tuple[str, {_BOUNDS}]]",
+    "LEGACY_QUESTION": f"dict[str, tuple[str, {_BOUNDS}, tuple[str, ...]]]",
+    "LEGACY_INLINE_MEDIA": "dict[str, tuple[str, tuple[str, ...]]]",
+    "LEGACY_FORMS": "tuple[str, ...]",
+    "IMPLICIT_ROLES": "dict[str, str]",
+    "PRESETS": "dict[str, dict[str, Any]]",  # questions as a request writes them
+}
 
 
 def _bounds(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -133,6 +170,7 @@ def fields_module(specs: SpecSet) -> str:
         "Field tables of systemone/0.2, the vllm-sr/5.0 extension set and the vllm-sr/4.0 contract.",
         f"{SPEC_DIR}/{{{STANDARD_FILE}, {EXTENSIONS_FILE}, {LEGACY_FILE}}}",
         tables,
+        _FIELDS_TYPES,
     )
 
 

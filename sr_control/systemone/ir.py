@@ -166,11 +166,17 @@ class Batch:
         return _deadline(self.options)
 
 
+# The longest deadline honoured as such (about 24 days). The schemas set no maximum, so a longer
+# one is valid and means "no deadline that matters"; capping it keeps the time arithmetic of
+# whoever reads it finite (a 400-digit deadline_ms overflowed a float into a 500).
+MAX_DEADLINE_MS = 2**31 - 1
+
+
 def _deadline(options: JsonObject | None) -> int | None:
-    value = (options or {}).get("deadline_ms")
+    value = options.get("deadline_ms") if options is not None else None
     if value is None:
         return None
-    return int(value.value if isinstance(value, Number) else value)
+    return min(int(value.value if isinstance(value, Number) else value), MAX_DEADLINE_MS)
 
 
 def items(ir: Request | Batch) -> Iterator[tuple[str, Request]]:

@@ -63,7 +63,7 @@ class Number:
         return f"Number({self.literal!r})"
 
 
-class JsonObject(dict):  # type: ignore[type-arg]
+class JsonObject(dict[str, Any]):
     """A JSON object: a dict in member order that refuses changes after parsing."""
 
     __slots__ = ()
@@ -71,14 +71,15 @@ class JsonObject(dict):  # type: ignore[type-arg]
     def _readonly(self, *args: object, **kwargs: object) -> NoReturn:
         raise TypeError("JSON content read from a request is immutable")
 
-    __setitem__ = __delitem__ = __ior__ = _readonly  # type: ignore[assignment]
-    clear = pop = popitem = setdefault = update = _readonly  # type: ignore[assignment]
+    __setitem__ = __delitem__ = __ior__ = _readonly
+    clear = pop = popitem = setdefault = update = _readonly
 
     def __repr__(self) -> str:
         return f"JsonObject({dict.__repr__(self)})"
 
 
-Json: TypeAlias = "str | bool | None | Number | int | float | tuple[Json, ...] | list[Json] | dict[str, Json]"
+# What ``loads`` returns: every number a Number, every array a tuple, every object a JsonObject.
+Json: TypeAlias = "str | bool | None | Number | tuple[Json, ...] | JsonObject"
 
 
 class JsonTextError(ValueError):
@@ -189,6 +190,10 @@ def stdlib_loads(text: str | bytes) -> Json:
         value = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise JsonTextError(f"{exc.msg} at line {exc.lineno} column {exc.colno}", exc.pos) from None
+    except RecursionError:
+        # The reader recurses per nesting level; a body nested past Python's limit is the
+        # client's error (json_invalid), never a crash of whoever reads it.
+        raise JsonTextError("the body nests arrays or objects too deeply", 0) from None
     if "\\ud" in text or "\\uD" in text:
         _refuse_lone_surrogates(value)
     return _tuple(value) if type(value) is list else value

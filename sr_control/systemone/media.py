@@ -5,7 +5,7 @@ placeholders, then exactly one other element: read as that element, the media be
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -62,7 +62,7 @@ def _asset_body(asset: Mapping[str, Any], formats: tuple[str, ...], found: Found
         found.bad(at + ("format",), f"must be one of {', '.join(formats)}", "enum")
 
 
-def _inline_assets(doc: Mapping[str, Any], members: list[str], found: Found, loc: Loc) -> Mapping[str, Asset]:
+def _inline_assets(doc: Mapping[str, Any], members: Sequence[str], found: Found, loc: Loc) -> Mapping[str, Asset]:
     assets: dict[str, Asset] = {}
     for member in members:
         found.form(member)

@@ -12,7 +12,7 @@ from sr_control.systemone.errors import DetailItem, ErrorInfo, loc_text
 from sr_control.systemone.found import Found, Loc, check_members
 from sr_control.systemone.generated import fields as F
 from sr_control.systemone.ir import MISSING, Question, read_question
-from sr_control.systemone.jsontext import JsonObject
+from sr_control.systemone.jsontext import Json, JsonObject
 from sr_control.systemone.rules import CRITERIA_SPELLINGS, Reading
 
 _QUESTION_EXTENSIONS = {k.split(".", 1)[1]: v for k, v in F.EXTENSION_FIELDS.items() if k.startswith("question.")}
@@ -60,7 +60,7 @@ def _failed(q_id: str, raw: Any, items: list[DetailItem]) -> Question:
     return Question(type=str(raw.get("type", "")), order=tuple(raw), problem=problem, raw=raw)
 
 
-def _question(q: Any, reading: Reading, found: Found, at: Loc) -> Question | None:
+def _question(q: Json, reading: Reading, found: Found, at: Loc) -> Question | None:
     # The common question passes cheap checks; any check that fails hands the value to
     # ``found.typed``, which decides and explains exactly as for every other field.
     if not isinstance(q, dict):

@@ -38,7 +38,7 @@ from sr_control.systemone.errors import (
 from sr_control.systemone.found import Found, Loc, check_members
 from sr_control.systemone.generated import fields as F
 from sr_control.systemone.ir import IMPLICIT, MISSING, NO_ROLES, Batch, Endpoint, Request, Roles, frozen_map
-from sr_control.systemone.jsontext import DECLINED, DuplicateMember, JsonObject, JsonTextError, as_content, read_plain, read_shape, stdlib_loads
+from sr_control.systemone.jsontext import DECLINED, DuplicateMember, Json, JsonObject, JsonTextError, as_content, read_plain, read_shape, stdlib_loads
 from sr_control.systemone.media import inline_media, media_split, read_assets, read_media_member
 from sr_control.systemone.questions import read_questions
 from sr_control.systemone.rules import READINGS, Reading
@@ -87,7 +87,7 @@ def parse_json(body: bytes, tree: Any = _UNREAD) -> JsonObject:
     if tree is _UNREAD:
         tree = read_plain(body)
     try:
-        doc = stdlib_loads(body) if tree is DECLINED else as_content(tree)
+        doc: Json = stdlib_loads(body) if tree is DECLINED else as_content(tree)
     except DuplicateMember as exc:
         raise ValidationFailed([DetailItem(("body",), str(exc), "json_invalid")]) from None
     except JsonTextError as exc:
@@ -149,7 +149,7 @@ def _batch(doc: JsonObject, reading: Reading, found: Found) -> Batch:
     return Batch(frozen_map(items), "requests", model, options, long_context, tuple(doc))
 
 
-def _request(doc: JsonObject, reading: Reading, found: Found, loc: Loc, batch: bool) -> Request:
+def _request(doc: Mapping[str, Any], reading: Reading, found: Found, loc: Loc, batch: bool) -> Request:
     allowed = reading.request_members - ({"options", "states"} if batch else set())
     if not reading.internal or batch:
         allowed = allowed - {"requests"}

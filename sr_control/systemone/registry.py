@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TypeVar
 
 from sr_control.systemone import schemas
 from sr_control.systemone.client import CLIENTS, SchemaCodec
@@ -20,6 +21,8 @@ from sr_control.systemone.deviations import DEVIATIONS, Deviation
 from sr_control.systemone.generated.fields import SPECS
 from sr_control.systemone.listener import LISTENERS, ListenerCodec
 from sr_control.systemone.schemas import UnknownSchemaError
+
+T = TypeVar("T")
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -40,7 +43,7 @@ class CodecRegistry:
         return _get(self.deviations, name, "deviation")
 
 
-def _get(table: Mapping[str, object], key: str, what: str):  # type: ignore[no-untyped-def]
+def _get(table: Mapping[str, T], key: str, what: str) -> T:
     try:
         return table[key]
     except KeyError:

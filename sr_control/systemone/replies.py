@@ -95,7 +95,8 @@ def decode_error(status: int, headers: Mapping[str, str] | Iterable[tuple[str, s
         doc: Any = loads(body)
     except JsonTextError:
         doc = None
-    message, error_type, items = f"upstream answered {status}", ERROR_TYPE_BY_STATUS.get(status, "upstream_error"), ()
+    message, error_type = f"upstream answered {status}", ERROR_TYPE_BY_STATUS.get(status, "upstream_error")
+    items: tuple[DetailItem, ...] = ()
     flat: dict[str, Any] = {}
     if isinstance(doc, dict):
         detail = doc.get("detail")
@@ -155,9 +156,11 @@ def upstream_error(status: int, headers: Any, body: bytes) -> UpstreamError:
 
 def decode_reply(body: bytes | Mapping[str, Any], ir: Request | Batch) -> Reply:
     """An answer in the shape of ``ir``: a response, a batch's responses, or 4.0's per-state arrays."""
-    doc = loads(body) if isinstance(body, (bytes, bytearray)) else body
-    if not isinstance(doc, dict):
+    read = loads(body) if isinstance(body, (bytes, bytearray)) else body
+    if not isinstance(read, dict):
         raise ProtocolError("the upstream's answer is not a JSON object", status=502, code="invalid_model_output", error_type="upstream_error")
+    # Its members are the upstream's to shape; each is read as this wire version defines it.
+    doc: Mapping[str, Any] = read
     model = doc.get("model")
     if isinstance(ir, Request):
         return Reply({"": item_result(doc)}, model)
@@ -305,9 +308,10 @@ def _sum_usage(usages: Iterable[Mapping[str, Any] | None]) -> JsonObject:
 def decode_listing(status: int, body: bytes) -> Listing:
     if status != 200:
         raise upstream_error(status, (), body)
-    doc = loads(body)
-    if not isinstance(doc, dict):
+    read = loads(body)
+    if not isinstance(read, dict):
         raise ProtocolError("the model listing is not a JSON object", status=502, code="upstream_error", error_type="upstream_error")
+    doc: Mapping[str, Any] = read  # the entries are the upstream's to shape, as in decode_reply
     entries = doc.get("models")
     if entries is None and "data" in doc:  # 4.0's listing
         entries = tuple(JsonObject([("name", d.get("id", "")), *((k, v) for k, v in d.items() if k != "id")]) for d in doc["data"])

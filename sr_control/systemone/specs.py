@@ -192,11 +192,14 @@ def _oas_type(schema: Mapping[str, Any], components: Mapping[str, Any]) -> str |
         return f"object:{target['x-vllm-sr-level']}"
     if "oneOf" in schema:
         parts = [_oas_type(s, components) for s in schema["oneOf"]]
-        nullable = "null" in parts
-        rest = [p for p in parts if p != "null"]
+        typed = [p for p in parts if p is not None]
+        if len(typed) != len(parts):
+            return None  # an alternative that states no type: the union states none either
+        nullable = "null" in typed
+        rest = [p for p in typed if p != "null"]
         if sorted(rest) == ["array<any>", "map<any>", "string"]:
             rest = ["text"]
-        if len(rest) != 1 or rest[0] is None:
+        if len(rest) != 1:
             return None
         return rest[0] + ("?" if nullable and not rest[0].endswith("?") else "")
     kind = schema.get("type")

@@ -49,6 +49,11 @@ class Hooks:
 
         def each(name: str) -> Callable[..., None]:
             calls = [getattr(h, name) for h in hooks]
-            return lambda *args: [call(*args) for call in calls] and None
+
+            def call_each(*args: object) -> None:
+                for call in calls:
+                    call(*args)
+
+            return call_each
 
         return Hooks(**{name: each(name) for name in ("opened", "closed", "pushed", "acked", "resumed", "nacked")})

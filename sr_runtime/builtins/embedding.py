@@ -15,6 +15,7 @@ import importlib.util
 import math
 from collections import OrderedDict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -36,6 +37,9 @@ from sr_runtime.types import (
     coded_options,
     render_text,
 )
+
+if TYPE_CHECKING:  # transformers is imported where a model loads, not at import
+    from transformers import PreTrainedTokenizerBase
 
 NAME = "default"
 # Fitted on bench/data/labelled.jsonl (see bench/builtin_accuracy.py): softmax temperature over
@@ -82,7 +86,7 @@ class EmbeddingEngine:
     def __init__(
         self,
         encoder: torch.nn.Module,
-        tokenizer: object,
+        tokenizer: PreTrainedTokenizerBase,
         device: torch.device,
         max_length: int = MAX_STATE_TOKENS,
         cache_entries: int = 4096,
@@ -122,12 +126,12 @@ class EmbeddingEngine:
     # -- encoding -------------------------------------------------------------------------
 
     def _pieces(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]  # type: ignore[operator,index]
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     @torch.inference_mode()
     def _encode(self, pieces: list[int]) -> torch.Tensor:
         """Mean of the token embeddings over every window, normalized: a long text is read whole."""
-        cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id  # type: ignore[attr-defined]
+        cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
         windows = [pieces[i : i + WINDOW] for i in range(0, max(len(pieces), 1), WINDOW)]
         width = max(len(w) for w in windows) + 2
         ids = torch.zeros(len(windows), width, dtype=torch.long)

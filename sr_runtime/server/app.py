@@ -57,7 +57,7 @@ def _send(answer: HttpAnswer) -> Response:
 
 
 def _runtime(request: HttpRequest) -> Runtime:
-    return request.state.runtime  # type: ignore[no-any-return]
+    return request.state.runtime
 
 
 # ---------------------------------------------------------------------------- endpoints

@@ -9,7 +9,7 @@ process out of memory.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 
 import zstandard
@@ -68,7 +68,7 @@ def decode(data: bytes, encoding: str, limit: int = MAX_BODY_BYTES) -> bytes:
 
 
 async def _multipart(data: bytes, headers: Headers) -> Body:
-    async def stream() -> AsyncIterator[bytes]:
+    async def stream() -> AsyncGenerator[bytes, None]:  # what MultiPartParser takes
         yield data
 
     parser = MultiPartParser(headers, stream(), max_files=1000, max_fields=1000, max_part_size=MAX_BODY_BYTES)

@@ -54,7 +54,7 @@ GPU_AND_CPU: dict[str, Any] = {
         "pools": {"vllm-sr/auto": {"members": ["gpu", "cpu"]}, "fast": {"members": ["cpu"]}},
         "listeners": [{"name": "public", "port": 8801, "apis": {"systemone": {"models": ["vllm-sr/auto", "fast"]}, "chat_completions": {"models": ["gpt-oss-120b"]}}}],
     },
-    "sidecar": {"secretEnv": {"VSR_LLM_KEY": {"secretName": "llm-keys", "key": "token"}}, "workers": 2},
+    "sidecar": {"secretEnv": {"VSR_LLM_KEY": {"secretName": "llm-keys", "key": "token"}}, "workers": 2, "exposeMetrics": True},
     "envoy": {"autoscaling": {"enabled": True}, "adminAddress": "0.0.0.0", "service": {"type": "LoadBalancer"}},
     "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
     "networkPolicy": {"enabled": True, "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]},
@@ -281,6 +281,12 @@ def test_the_service_monitor_scrapes_what_exists(rendered: dict[str, list[dict[s
         assert set(endpoint) == {"port", "path", "interval"}
         assert endpoint["port"] in ports, f"no selected Service has a port named {endpoint['port']}"
     assert {e["path"] for e in monitor["spec"]["endpoints"]} == {"/metrics", "/stats/prometheus"}
+    assert "sidecar-status" in {e["port"] for e in monitor["spec"]["endpoints"]}
+    # The sidecar's /metrics is opened to the pod network for it; its ext_proc port is not.
+    pod = find(objs, "Deployment", f"{RELEASE}-vllm-sr-envoy")["spec"]["template"]["spec"]
+    (sidecar,) = [c for c in pod["containers"] if c["name"] == "sidecar"]
+    args = sidecar["args"]
+    assert args[args.index("--status-host") + 1] == "0.0.0.0" and args[args.index("--host") + 1] == "127.0.0.1"
 
 
 def test_every_value_is_documented_and_described() -> None:

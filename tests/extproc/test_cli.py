@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -20,7 +23,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_help_names_every_option() -> None:
     out = run("--help")
     assert out.returncode == 0
-    for flag in ("--xds", "--port", "--status-port", "--workers", "--listeners", "--version-wait-ms", "--forwarding", "--drain-s"):
+    for flag in ("--xds", "--port", "--status-port", "--status-host", "--workers", "--listeners", "--version-wait-ms", "--forwarding", "--drain-s"):
         assert flag in out.stdout
 
 
@@ -36,6 +39,28 @@ def test_help_names_every_option() -> None:
 def test_bad_options_exit_2_with_one_line(args: tuple[str, ...], says: str) -> None:
     out = run(*args)
     assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_the_status_port_listens_where_status_host_says(workers: str) -> None:
+    """The chart keeps ext_proc on loopback and opens /metrics to Prometheus: two addresses."""
+    port = free_port()
+    proc = subprocess.Popen([VLLM_SR, "extproc", "serve", "--xds", "127.0.0.1:1", "--port", str(free_port()), "--status-port", str(port), "--status-host", "127.0.0.2", "--workers", workers], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.2:{port}/status", timeout=2) as r:
+                    assert r.status == 200 and "workers" in json.loads(r.read())
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.monotonic() < deadline and proc.poll() is None, "the status port never answered on 127.0.0.2"
+                time.sleep(0.2)
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from sr_control.systemone import REGISTRY, Policy, Target, UnsupportedCapability, WireReply
+from sr_control.systemone.errors import ProtocolError
 from sr_control.systemone.generated.fields import PRESETS
 from sr_control.systemone.generated.strip import STRIP
 
@@ -131,6 +132,18 @@ def test_upstream_errors_are_decoded_with_detail_and_retry_after() -> None:
     assert busy[""].error.retry_after == 2.0 and busy[""].error.message == "slow down"
     answer = V50L.answer_error(busy[""].error, req)
     assert answer.status == 429 and ("retry-after", "2") in answer.headers
+
+
+@pytest.mark.parametrize("body", [b"[]", b'"ok"', b"null"])
+def test_a_200_that_is_no_json_object_is_a_protocol_error_for_one_request_as_for_a_batch(body: bytes) -> None:
+    # One request's call used to hand the document to item_result unchecked: AttributeError.
+    single = V50L.read("/v1/systemone", b({"state": "x", "questions": {"q": {"type": "noul"}}}))
+    batch = V50L.read("/v1/systemone/batch", b(BATCH))
+    for codec, target, req in ((C02, Target(), single), (C02, Target(), batch), (C50, Target("vllm-sr/5.0"), batch)):
+        plan = codec.plan(req.ir, target)
+        with pytest.raises(ProtocolError) as caught:
+            codec.decode_reply(plan, plan.calls[0], WireReply(200, body))
+        assert caught.value.info.status == 502 and caught.value.info.code == "invalid_model_output"
 
 
 def test_listing_is_decoded_from_either_schemas_form() -> None:

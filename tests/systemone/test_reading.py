@@ -116,6 +116,21 @@ def test_text_that_is_not_json_gets_422_json_invalid() -> None:
     assert status == 422 and error["detail"][0]["type"] == "json_invalid"
 
 
+def test_a_deadline_longer_than_any_wait_is_accepted_and_capped() -> None:
+    """The schemas set no maximum on deadline_ms; a 400-digit one overflowed float arithmetic."""
+    doc = {"state": "x", "questions": {"q": {"type": "noul", "instructions": "a"}}, "options": {"deadline_ms": 10**400}}
+    req = V50.read("/v1/systemone", json.dumps(doc).encode(), [])
+    assert req.ir.deadline_ms == 2**31 - 1 and req.ir.deadline_ms / 1000 > 86400
+
+
+def test_json_nested_past_the_readers_depth_gets_422_json_invalid() -> None:
+    """The reader recurses per level: nesting past Python's limit was a RecursionError (a 500)."""
+    deep = b"[" * 5000 + b"]" * 5000
+    status, error = refusal(V50, b'{"state": "x", "questions": {"q": {"type": "noul", "instructions": "a"}}, "x": ' + deep + b"}")
+    assert status == 422 and error["detail"][0]["type"] == "json_invalid"
+    assert "too deeply" in error["detail"][0]["msg"]
+
+
 # ---------------------------------------------------------------------------- 4.0 forms
 
 LEGACY = [(name.split("/", 1)[1], text) for name, text in corpus() if name.startswith("legacy/")]

@@ -31,6 +31,12 @@ def test_a_field_the_legacy_contract_types_differently_has_two_meanings() -> Non
     assert found == ["question.threshold: two meanings: vllm-sr-5.0.extensions.yaml says number (minimum 0, maximum 1), vllm-sr-4.0.openapi.yaml says string"]
 
 
+def test_a_oneof_with_an_untyped_alternative_states_no_type_rather_than_failing() -> None:
+    # Sorting the alternatives' types put None beside a string: TypeError, not a reading.
+    typed = 'instructions: {oneOf: [{$ref: "#/components/schemas/Text"}, {type: "null"}]}'
+    assert conflicts(legacy=(typed, typed.replace('{type: "null"}', "{description: untyped}"))) == []
+
+
 def test_an_extension_may_not_redefine_a_standard_field() -> None:
     found = conflicts(extensions=("  - name: roles\n    level: request", "  - name: model\n    level: request"))
     assert any(f.startswith("request.model: defined by systemone-0.2.schema.yaml and again by vllm-sr-5.0.extensions.yaml") for f in found)

@@ -1,0 +1,103 @@
+"""What the client gets when a member answers with something that is not a reply.
+
+The sidecar reads a member's /v1/decisions reply to write the client's answer. A member that
+sends JSON of the wrong shape (or no JSON) is the member's fault: the client gets 502
+``invalid_model_output`` in its listener's error shape, never the sidecar's own 500. These run
+the sidecar's reading and re-encoding in process, with the member's card set by hand (no
+network is needed to read a reply).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sr_control.extproc.auth import KeyRing
+from sr_control.extproc.capability import Card, Limits
+from sr_control.extproc.cards import CardBook, CardState
+from sr_control.extproc.forward import Call, SystemOne
+from sr_control.extproc.incoming import Incoming, Sidecar
+from sr_control.extproc.metrics import Metrics
+from sr_control.extproc.pool import Pool
+from sr_control.extproc.settings import SidecarSettings
+from sr_control.extproc.upstream import Http
+from sr_control.extproc.versions import VersionStore
+from tests.extproc.test_pieces import data_of
+
+CONFIG = """
+version: 2
+deployments:
+  d3: {provider: systemone, endpoint: "http://127.0.0.1:9/v1/systemone", model: d3, schema: vllm-sr/5.0}
+listeners:
+  - {name: edge, port: 8801, apis: {systemone: {models: [d3]}}}
+"""
+REQUEST = json.dumps(
+    {
+        "model": "d3",
+        "state": "The export button fails with a 500.",
+        "questions": {
+            "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+            "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": None, "engineering": None}},
+        },
+    }
+).encode()
+GOOD = b'{"model": "d3", "answers": {"urgent": {"type": "noul", "noul": 0.9}, "team": {"type": "choice", "choice": "engineering", "probabilities": {"billing": 0.1, "engineering": 0.9}, "confidence": 0.8}}, "usage": {"input_tokens": 20, "output_tokens": 0}}'
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["model", "answers", "usage", "urgent", "team", "type", "noul", "choice", "responses"]), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def sidecar() -> tuple[SystemOne, Incoming]:
+    data = data_of(CONFIG, "edge")
+    http = Http()
+    cards = CardBook(http)
+    member = data.members["d3"]
+    card = Card(frozenset({"noul", "choice", "score"}), frozenset({"text"}), limits=Limits(255, None, 2, 10, 16384), contract="5.0.0")
+    cards._states[cards._key(member)] = CardState(card, fetched_at=time.monotonic() + 1e9)  # as if just fetched
+    side = Sidecar(SidecarSettings(), VersionStore(), cards, Pool(cards), http, KeyRing(), Metrics())
+    incoming = Incoming("edge", "systemone", data, "POST", "/v1/systemone", {"content-type": "application/json"}, "req-1")
+    return SystemOne(side), incoming
+
+
+def forwarded(systemone: SystemOne, incoming: Incoming) -> Call:
+    _, call = asyncio.run(systemone.read(incoming, REQUEST))
+    assert call is not None and call.member is not None
+    systemone.s.pool.end(call.member)
+    return call
+
+
+SYSTEMONE, INCOMING = sidecar()
+
+
+def test_a_good_reply_is_the_clients_200() -> None:
+    answer = SYSTEMONE.reencode(forwarded(SYSTEMONE, INCOMING), 200, {}, GOOD)
+    assert answer.status == 200 and json.loads(answer.body)["answers"]["team"]["choice"] == "engineering"
+
+
+def test_text_that_is_not_json_is_a_502() -> None:
+    answer = SYSTEMONE.reencode(forwarded(SYSTEMONE, INCOMING), 200, {}, b"<html>bad gateway</html>")
+    assert answer.status == 502
+    assert json.loads(answer.body)["detail"]["error_type"] == "upstream_error"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reply=json_values)
+def test_any_json_a_member_sends_is_answered_never_the_sidecars_500(reply: Any) -> None:
+    """A 200 only for a reply that is one; otherwise 502, or the standard's 500 question_failed
+    when the reply is readable but lacks a question's answer."""
+    call = forwarded(SYSTEMONE, INCOMING)
+    answer = SYSTEMONE.reencode(call, 200, {}, json.dumps(reply).encode())
+    body = json.loads(answer.body)
+    assert answer.status in (200, 500, 502), (answer.status, body)
+    if answer.status == 500:
+        assert body["code"] == "question_failed", body
+    if answer.status != 200:
+        assert body["detail"]["error_type"] in ("upstream_error", "unknown")
