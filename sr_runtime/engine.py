@@ -242,6 +242,7 @@ class Engine:
             return []
         rows = []
         limit = self.max_length if request.long_context else self.validated_length
+        keys: dict[int, str] = {}  # a request's prompts share one state tuple: hash it once
         for (q, label, _), prompt in zip(units, prompts):
             try:
                 if len(prompt) > limit:
@@ -250,7 +251,9 @@ class Engine:
             except DecisionError as exc:
                 slots[q] = QuestionError.of(exc)
                 continue
-            key = state_key(prompt.state, [(m.start, m.digest) for m in prompt.media])
+            if id(prompt.state) not in keys:
+                keys[id(prompt.state)] = state_key(prompt.state, [(m.start, m.digest) for m in prompt.media])
+            key = keys[id(prompt.state)]
             rows.append(_Row(index, q, prompt, key, label, video))
         if not all(a.whole for a in media.values()):
             self._partial.add(index)
@@ -270,6 +273,27 @@ class Engine:
                 current, widest = [], 0
             current.append(row)
             widest = max(widest, cost)
+        if current:
+            passes.append(current)
+        return passes
+
+    def _question_passes(self, rows: Sequence[_Row]) -> list[list[_Row]]:
+        """Greedy packing in order of rows that read their state in place: a pass costs the
+        tokens of its distinct states once plus its row count times its widest question."""
+        passes: list[list[_Row]] = []
+        current: list[_Row] = []
+        keys: set[str] = set()
+        state_tokens = widest = 0
+        for row in rows:
+            extra = 0 if row.key in keys else len(row.prompt.state)
+            wider = max(widest, len(row.prompt.question))
+            if current and state_tokens + extra + (len(current) + 1) * wider > self.token_budget:
+                passes.append(current)
+                current, keys, state_tokens, wider, extra = [], set(), 0, len(row.prompt.question), len(row.prompt.state)
+            current.append(row)
+            keys.add(row.key)
+            state_tokens += extra
+            widest = wider
         if current:
             passes.append(current)
         return passes
@@ -325,8 +349,8 @@ class Engine:
         ordered = [rows[i] for i in order]
         hidden = torch.cat(
             [
-                self.backbone.question_rows([states[r.key] for r in p], [r.prompt.question for r in p], mode)
-                for p in self._passes(ordered, lambda r: len(r.prompt))
+                self.backbone.question_rows([states[r.key] for r in p], [r.prompt.question for r in p], mode, self.token_budget)
+                for p in self._question_passes(ordered)
             ]
         )
         return hidden[torch.tensor(order).argsort()], states
