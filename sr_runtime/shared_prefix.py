@@ -14,7 +14,7 @@ queries over one sequence of keys, the state's then each question's:
 Each question's softmax thus runs over exactly [K_s; K_qi], the keys a per-row copy of the
 state would hold, while the state is held once per run instead of once per row (nor padded to
 the longest state of the pass). A run holds at most budget // (S + Qw) rows, so a pass's
-scores take no more memory than a pass of per-row copies would.
+scores take no more memory than a pass of per-row copies would (see `blocks`).
 """
 
 from __future__ import annotations
@@ -40,11 +40,18 @@ class SharedPrefix:
 
 
 def blocks(groups: Sequence[int], state_lens: Sequence[int], question_width: int, budget: int) -> list[tuple[int, int, int]]:
-    """Runs of rows of one state (`groups[b]` is row b's state), each at most budget // (S + Qw) rows."""
+    """Runs of rows of one state (`groups[b]` is row b's state), as (first row, end row, state).
+
+    A run of r rows holds at most budget // (S + Qw) of them (memory), and each of its queries
+    also scores the other questions' keys, masked: (r - 1) Qw wasted columns, kept under a
+    quarter of the state's S.
+    """
     out: list[tuple[int, int, int]] = []
     start = 0
     for b in range(1, len(groups) + 1):
-        if b == len(groups) or groups[b] != groups[start] or b - start >= max(1, budget // (state_lens[groups[start]] + question_width)):
+        s = state_lens[groups[start]]
+        most = max(1, min(budget // (s + question_width), 1 + s // (4 * question_width)))
+        if b == len(groups) or groups[b] != groups[start] or b - start >= most:
             out.append((start, b, groups[start]))
             start = b
     return out
