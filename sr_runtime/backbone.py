@@ -123,10 +123,8 @@ class Backbone:
         return mask
 
     def _ids(self, rows: Sequence[Sequence[int]], width: int) -> torch.Tensor:
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        for b, row in enumerate(rows):
-            ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-        return ids.to(self.device)
+        """[B, width] token ids, each row right-padded with 0 (padding is never read)."""
+        return torch.tensor([[*row, *[0] * (width - len(row))] for row in rows], dtype=torch.long, device=self.device)
 
     def _inputs(self, rows: Sequence[Sequence[int]], width: int, media: Sequence[Sequence[MediaSpan]] = ()) -> dict[str, torch.Tensor]:
         """The model's inputs: token ids, or with media the embeddings, each asset's rows in place."""
@@ -195,7 +193,7 @@ class Backbone:
             groups.append(len(distinct) - 1)
         question_lens = [len(q) for q in questions]
         qw = max(question_lens)
-        positions = torch.stack([torch.arange(s.length, s.length + qw) for s in states]).to(self.device)
+        positions = (torch.tensor([s.length for s in states])[:, None] + torch.arange(qw)).to(self.device)  # S_b, S_b + 1, ...
         prefix = SharedPrefix(
             kv={i: [s.layers[i].tensors for s in distinct] for i, kind in enumerate(self.kinds) if kind == "full_attention"},  # type: ignore[misc]
             blocks=blocks(groups, [s.length for s in distinct], qw, budget),

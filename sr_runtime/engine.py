@@ -26,8 +26,9 @@ from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, M
 from sr_runtime.assets import read_assets, the_one
 from sr_runtime.heads import Heads
 from sr_runtime.prompt import LAYOUTS, PromptTokens, encode_media_prompts
-from sr_runtime.readout import SET_THRESHOLD, abstaining_probabilities, answer_from, code_probabilities, set_answer, temperature_for
+from sr_runtime.readout import SET_THRESHOLD, answer_from, batch_probabilities, finite, set_answer, temperature_for
 from sr_runtime.state_cache import StateCache, state_key
+from sr_runtime.token_cache import CachedTokenizer
 from sr_runtime.spans import decode_spans
 from sr_runtime.types import (
     Answer,
@@ -116,6 +117,8 @@ class Engine:
         self.validated_length = min(config.validated_length or self.max_length, self.max_length)
         self.token_budget = token_budget
         self.state_cache = StateCache(state_cache_bytes)
+        # Instructions and criteria repeat across requests, states too where they are reused.
+        self.tokens = CachedTokenizer(checkpoint.tokenizer)
         self.reference = reference
         self._description = description
         self._strengths = strengths
@@ -235,7 +238,7 @@ class Engine:
         try:
             media = read_assets(self.vision, request, state_block)
             rows_of = {p: (a.rows, a.digest) for p, a in media.items()}
-            prompts = encode_media_prompts(self.checkpoint.tokenizer, state_block, rows_of, blocks, request.state_tokens)
+            prompts = encode_media_prompts(self.tokens, state_block, rows_of, blocks, request.state_tokens)
         except DecisionError as exc:
             for q in ready:
                 slots[q] = QuestionError.of(exc)
@@ -367,15 +370,22 @@ class Engine:
         if rows:
             hidden, states = self._hidden(rows)
             logits = (hidden.to(self.readout.dtype) @ self.readout.T).float().cpu()
-            for row, q, row_logits in zip(rows, hidden, logits):
+            questions = [requests[row.request].questions[row.question] for row in rows]
+            ts = [temperature_for(len(requests[row.request].questions), self.config.temperature, self.config.temperature_by_questions) for row in rows]
+            # Every row's code probabilities at once; a label row reads its noul's two codes, no abstain.
+            readings = batch_probabilities(
+                logits,
+                [2 if row.label is not None else len(coded_options(question)) for row, question in zip(rows, questions)],
+                ts,
+                [None if row.label is not None else self.abstain for row in rows],
+            )
+            for row, question, q, reading, t in zip(rows, questions, hidden, readings, ts):
                 request = requests[row.request]
-                question = request.questions[row.question]
-                t = temperature_for(len(request.questions), self.config.temperature, self.config.temperature_by_questions)
                 try:
                     if row.label is not None:
-                        labels.setdefault((row.request, row.question), {})[row.label] = code_probabilities(row_logits, 2, t)[1]
+                        labels.setdefault((row.request, row.question), {})[row.label] = finite(*reading)[0][1]
                         continue
-                    slots[row.request][row.question] = self._answer(request, question, row, q, row_logits, t, states)
+                    slots[row.request][row.question] = self._answer(request, question, row, q, reading, t, states)
                 except DecisionError as exc:
                     slots[row.request][row.question] = QuestionError.of(exc)
         for (i, q), probs in labels.items():
@@ -398,7 +408,14 @@ class Engine:
         return self.heads.config.threshold if self.heads is not None else SET_THRESHOLD
 
     def _answer(
-        self, request: DecisionRequest, question: Question, row: _Row, q: torch.Tensor, logits: torch.Tensor, t: float, states: dict[str, StateSnapshot]
+        self,
+        request: DecisionRequest,
+        question: Question,
+        row: _Row,
+        q: torch.Tensor,
+        reading: tuple[list[float], float | None],
+        t: float,
+        states: dict[str, StateSnapshot],
     ) -> Answer:
         """One row's answer: the code readout, or the head its question type needs."""
         n = len(coded_options(question))
@@ -422,7 +439,7 @@ class Engine:
             frames, times = row.video
             boxes = self.heads.track(q, frames)
             return TrackAnswer(tuple((time, box) for time, (box, _) in zip(times, boxes)), sum(c for _, c in boxes) / len(boxes))
-        return answer_from(question, *abstaining_probabilities(logits, n, t, self.abstain))
+        return answer_from(question, *finite(*reading))
 
     def answer(self, request: DecisionRequest) -> Result:
         return self.answer_batch([request])[0]

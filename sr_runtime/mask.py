@@ -69,11 +69,12 @@ def question_mask(mode: AttentionMode, question_lens: list[int], question_width:
     keys are never read; padding queries read no question token (they still read the state,
     so no softmax row is empty).
     """
-    rows = len(question_lens)
-    mask = torch.zeros(rows, 1, question_width, question_width, dtype=torch.bool)
-    for b, q in enumerate(question_lens):
-        mask[b, 0, :q, :q] = causal_mask(q) if mode == "causal" else full_mask(q)
-    return mask
+    i = torch.arange(question_width)
+    real = i[None, :] < torch.tensor(question_lens)[:, None]  # [B, Qw]: token i of row b is not padding
+    mask = real[:, :, None] & real[:, None, :]
+    if mode == "causal":
+        mask &= causal_mask(question_width)
+    return mask[:, None]
 
 
 def padded_prompt_mask(
