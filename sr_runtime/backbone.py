@@ -178,7 +178,12 @@ class Backbone:
 
     @torch.inference_mode()
     def question_rows(
-        self, states: Sequence[StateSnapshot], questions: Sequence[Sequence[int]], mode: AttentionMode, budget: int
+        self,
+        states: Sequence[StateSnapshot],
+        questions: Sequence[Sequence[int]],
+        mode: AttentionMode,
+        budget: int,
+        media: Sequence[Sequence[MediaSpan]] = (),
     ) -> torch.Tensor:
         """[B, hidden]: the last hidden state of each question, each continuing its own state.
 
@@ -200,7 +205,7 @@ class Backbone:
             mask=question_mask(mode, question_lens, qw).to(self.device),
         )
         out = self.model.base_model(
-            input_ids=self._ids(questions, qw),
+            **self._inputs(questions, qw, media),
             # The question mask goes to the attention layers through `prefix`; transformers sees the
             # [B, 1, Qw, Qw] block alone, the keys its cache holds.
             attention_mask=self._masks(prefix.mask),

@@ -48,6 +48,7 @@ class MediaConfig:
     max_asset_bytes: int
     max_side: int  # longest side, in pixels, of an image or video a request may send
     max_video_frames: int  # frames a video may have
+    in_questions: bool = False  # placeholders in instructions and criteria are read as media too
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +159,13 @@ def _by_questions(value: Any) -> tuple[tuple[int, ...], tuple[float, ...]]:
 
 
 def _media(value: Any) -> MediaConfig:
-    names = list(MediaConfig.__dataclass_fields__)
-    if not isinstance(value, dict) or set(value) != set(names):
-        raise _fail(f"invalid {DECISION_CONFIG} media (expected an object with exactly {', '.join(names)})")
-    return MediaConfig(**{name: _int(f"media.{name}")(value[name]) for name in names})
+    names = [n for n in MediaConfig.__dataclass_fields__ if n != "in_questions"]
+    if not isinstance(value, dict) or not set(names) <= set(value) <= {*names, "in_questions"}:
+        raise _fail(f"invalid {DECISION_CONFIG} media (expected an object with {', '.join(names)} and optionally in_questions)")
+    in_questions = value.get("in_questions", False)
+    if not isinstance(in_questions, bool):
+        raise _fail(f"invalid {DECISION_CONFIG} media.in_questions {in_questions!r} (must be true or false)")
+    return MediaConfig(**{name: _int(f"media.{name}")(value[name]) for name in names}, in_questions=in_questions)
 
 
 def _heads(value: Any) -> Any:

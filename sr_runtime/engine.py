@@ -25,7 +25,7 @@ from sr_runtime.checkpoint import READOUT, Checkpoint, DecisionConfig, read_chec
 from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded
 from sr_runtime.assets import read_assets, the_one
 from sr_runtime.heads import Heads
-from sr_runtime.prompt import LAYOUTS, PromptTokens, encode_media_prompts
+from sr_runtime.prompt import LAYOUTS, MediaSpan, PromptTokens, encode_media_prompts, split_placeholders, with_question_media
 from sr_runtime.readout import SET_THRESHOLD, answer_from, batch_probabilities, finite, set_answer, temperature_for
 from sr_runtime.state_cache import StateCache, state_key
 from sr_runtime.token_cache import CachedTokenizer
@@ -124,11 +124,13 @@ class Engine:
         self._strengths = strengths
         self.vision = vision
         self.heads = heads
+        self.media_in_questions = vision is not None and config.media is not None and config.media.in_questions
         # The abstain code is the last one; no option may take it.
         self.abstain = len(config.codes) - 1 if config.abstain_code is not None else None
         self.max_options = len(config.codes) - (self.abstain is not None)
         self._hits: set[str] = set()
         self._partial: set[int] = set()
+        self._truncated: set[tuple[int, int]] = set()
 
     @classmethod
     def load(
@@ -171,6 +173,7 @@ class Engine:
             ),
             attention_mode=config.attention_mode,
             strengths=self._strengths or "not measured by this runtime: see the checkpoint's own documentation",
+            media_in_questions=self.media_in_questions,
         )
 
     # -- requests to rows -------------------------------------------------------------------
@@ -236,27 +239,43 @@ class Engine:
         units = [(q, label, unit) for q in ready for label, unit in self._units(request.questions[q])]
         blocks = [self.layout.question_block(unit, self.config.codes) for _, _, unit in units]
         try:
-            media = read_assets(self.vision, request, state_block)
+            # Placeholders in questions are media only where the card says so (the bridge refuses them elsewhere).
+            media = read_assets(self.vision, request, state_block + ("".join(blocks) if self.media_in_questions else ""))
             rows_of = {p: (a.rows, a.digest) for p, a in media.items()}
-            prompts = encode_media_prompts(self.tokens, state_block, rows_of, blocks, request.state_tokens)
+            # A question block is tokenized up to its first asset as a text-only one is (the state
+            # block size rule), then piece by piece.
+            pieces = [split_placeholders(b, [p for p in rows_of if p in b]) if self.media_in_questions else [b] for b in blocks]
+            prompts = encode_media_prompts(self.tokens, state_block, rows_of, [p[0] for p in pieces], request.state_tokens)
+            prompts = [with_question_media(self.checkpoint.tokenizer, pr, p[1:], rows_of) if len(p) > 1 else pr for pr, p in zip(prompts, pieces)]
         except DecisionError as exc:
             for q in ready:
                 slots[q] = QuestionError.of(exc)
             return []
         rows = []
         limit = self.max_length if request.long_context else self.validated_length
-        keys: dict[int, str] = {}  # a request's prompts share one state tuple: hash it once
+        # overflow: truncate cuts the state once for every question that needs it (at the longest
+        # such question's fit), so the cut state is still computed once.
+        over = [limit - len(p.question) for (q, _, _), p in zip(units, prompts) if q in request.truncate and len(p) > limit]
+        keep = min(over, default=0)
+        # A request's prompts mostly share one state tuple: hash it once. The tuple is kept with
+        # its key, so its id cannot be another tuple's while this loop runs.
+        keys: dict[int, tuple[tuple[int, ...], str]] = {}
         for (q, label, _), prompt in zip(units, prompts):
             try:
+                cut = over and len(prompt) > limit and q in request.truncate
+                if cut:
+                    prompt = _truncated(prompt, keep)
                 if len(prompt) > limit:
                     raise MaxLengthExceeded(len(prompt), limit, self.max_length if limit < self.max_length else None)
+                if cut:
+                    self._truncated.add((index, q))
                 video = the_one(request.questions[q], media)
             except DecisionError as exc:
                 slots[q] = QuestionError.of(exc)
                 continue
             if id(prompt.state) not in keys:
-                keys[id(prompt.state)] = state_key(prompt.state, [(m.start, m.digest) for m in prompt.media])
-            key = keys[id(prompt.state)]
+                keys[id(prompt.state)] = (prompt.state, state_key(prompt.state, [(m.start, m.digest) for m in prompt.media]))
+            key = keys[id(prompt.state)][1]
             rows.append(_Row(index, q, prompt, key, label, video))
         if not all(a.whole for a in media.values()):
             self._partial.add(index)
@@ -321,7 +340,7 @@ class Engine:
         if row.key in states:
             return states[row.key].hidden
         prompt = row.prompt  # the reference path, or a mode whose state reads the question
-        whole = self.backbone.prompt_hidden(prompt.state + prompt.question, len(prompt.state), self.config.attention_mode, prompt.media)
+        whole = self.backbone.prompt_hidden(prompt.state + prompt.question, len(prompt.state), self.config.attention_mode, _whole_media(prompt))
         return whole[: len(prompt.state)]
 
     def _hidden(self, rows: Sequence[_Row]) -> tuple[torch.Tensor, dict[str, StateSnapshot]]:
@@ -329,7 +348,7 @@ class Engine:
         if self.reference:
             return torch.cat(
                 [
-                    self.backbone.prompt_rows([r.prompt.state + r.prompt.question], [len(r.prompt.state)], mode, [r.prompt.media])
+                    self.backbone.prompt_rows([r.prompt.state + r.prompt.question], [len(r.prompt.state)], mode, [_whole_media(r.prompt)])
                     for r in rows
                 ]
             ), {}
@@ -341,7 +360,7 @@ class Engine:
                         [r.prompt.state + r.prompt.question for r in p],
                         [len(r.prompt.state) for r in p],
                         mode,
-                        [r.prompt.media for r in p],
+                        [_whole_media(r.prompt) for r in p],
                     )
                     for p in passes
                 ]
@@ -352,7 +371,9 @@ class Engine:
         ordered = [rows[i] for i in order]
         hidden = torch.cat(
             [
-                self.backbone.question_rows([states[r.key] for r in p], [r.prompt.question for r in p], mode, self.token_budget)
+                self.backbone.question_rows(
+                    [states[r.key] for r in p], [r.prompt.question for r in p], mode, self.token_budget, [r.prompt.question_media for r in p]
+                )
                 for p in self._question_passes(ordered)
             ]
         )
@@ -365,6 +386,7 @@ class Engine:
         slots: list[list[Answer | QuestionError | None]] = [[None] * len(r.questions) for r in requests]
         self._hits = set()  # states of this call found in the LRU
         self._partial = set()  # requests of this call not read whole
+        self._truncated = set()  # (request, question) of this call read from a truncated state
         rows = [row for i, request in enumerate(requests) for row in self._rows(i, request, slots[i])]
         labels: dict[tuple[int, int], dict[int, float]] = {}  # a composite set's P(true) per label
         if rows:
@@ -379,25 +401,27 @@ class Engine:
                 ts,
                 [None if row.label is not None else self.abstain for row in rows],
             )
-            for row, question, q, reading, t in zip(rows, questions, hidden, readings, ts):
+            for row, question, h, reading, t in zip(rows, questions, hidden, readings, ts):
                 request = requests[row.request]
                 try:
                     if row.label is not None:
                         labels.setdefault((row.request, row.question), {})[row.label] = finite(*reading)[0][1]
                         continue
-                    slots[row.request][row.question] = self._answer(request, question, row, q, reading, t, states)
+                    slots[row.request][row.question] = self._answer(request, question, row, h, reading, t, states)
                 except DecisionError as exc:
                     slots[row.request][row.question] = QuestionError.of(exc)
         for (i, q), probs in labels.items():
             question = requests[i].questions[q]
             assert isinstance(question, SetQuestion)
-            slots[i][q] = set_answer(question, [probs[l] for l in range(len(probs))], self._threshold(question), composite=True)
+            if slots[i][q] is None:  # else one of its labels failed, and with it the set
+                slots[i][q] = set_answer(question, [probs[l] for l in range(len(probs))], self._threshold(question), composite=True)
         return [
             Result(
                 tuple(s),  # type: ignore[arg-type]
                 _usage([r for r in rows if r.request == i]),
                 state_cache_hit=any(r.key in self._hits for r in rows if r.request == i),
                 complete=i not in self._partial,
+                truncated=frozenset(q for r, q in self._truncated if r == i),
             )
             for i, s in enumerate(slots)
         ]
@@ -417,7 +441,8 @@ class Engine:
         t: float,
         states: dict[str, StateSnapshot],
     ) -> Answer:
-        """One row's answer: the code readout, or the head its question type needs."""
+        """One row's answer: the code readout, or the head its question type needs (`q` is the
+        hidden state of the question's last token, which the readout and every head read)."""
         n = len(coded_options(question))
         if isinstance(question, SetQuestion):
             assert self.heads is not None
@@ -443,6 +468,24 @@ class Engine:
 
     def answer(self, request: DecisionRequest) -> Result:
         return self.answer_batch([request])[0]
+
+
+def _truncated(prompt: PromptTokens, keep: int) -> PromptTokens:
+    """The prompt with only the state's first `keep` tokens (never cutting an asset in two: the
+    cut moves before it); unchanged if no state token would be left."""
+    for m in prompt.media:
+        if m.start < keep < m.start + len(m):
+            keep = m.start
+    if keep < 1:
+        return prompt
+    media = tuple(m for m in prompt.media if m.start + len(m) <= keep)
+    return PromptTokens(prompt.state[:keep], prompt.question, media, prompt.offsets[:keep], prompt.question_media)
+
+
+def _whole_media(prompt: PromptTokens) -> tuple[MediaSpan, ...]:
+    """Every asset of a whole prompt, the question's counted from the prompt's first token."""
+    shift = len(prompt.state)
+    return (*prompt.media, *(MediaSpan(m.start + shift, m.embeds, m.digest) for m in prompt.question_media))
 
 
 def _usage(rows: Sequence[_Row]) -> Usage:

@@ -262,7 +262,7 @@ def create(path: Path, preset_name: str, seed: int = 0, *, hidden: int = HIDDEN,
     if preset.temperature_by_questions is not None:
         decision["temperature_by_questions"] = preset.temperature_by_questions
     if preset.vision:
-        decision["media"] = MEDIA
+        decision["media"] = {**MEDIA, "in_questions": True} if preset.heads is not None else MEDIA
     if preset.abstain:
         decision["abstain_code"] = CODES[-1]
     if preset.heads is not None:

@@ -109,6 +109,7 @@ class PromptTokens:
     media: tuple[MediaSpan, ...] = ()
     # Each state token's characters in the state block, end excluded; (-1, -1) for media tokens.
     offsets: tuple[tuple[int, int], ...] = ()
+    question_media: tuple[MediaSpan, ...] = ()  # assets in the question block; `start` counts from its first token
 
     def __len__(self) -> int:
         return len(self.state) + len(self.question)
@@ -215,3 +216,19 @@ def encode_media_prompts(
 def _questions_alone(tokenizer: Tokenizer | CachedTokenizer, question_blocks: Sequence[str]) -> list[PromptTokens]:
     """A state that ends with an asset: each question block starts its own tokens."""
     return [PromptTokens((), tuple(e.ids)) for e in tokenizer.encode_batch(list(question_blocks), add_special_tokens=False)]
+
+
+def with_question_media(tokenizer: Tokenizer, prompt: PromptTokens, rest: Sequence[str], media: Mapping[str, tuple[Any, str]]) -> PromptTokens:
+    """A prompt whose question block went on past its first placeholder: `rest` is that
+    placeholder, then text, placeholder, ..., text ([P, text, P, ..., text]); each asset stands
+    at its place, and each text piece is tokenized on its own (an asset is a token boundary)."""
+    ids = list(prompt.question)
+    spans: list[MediaSpan] = []
+    for i, piece in enumerate(rest):
+        if i % 2 == 0:  # a placeholder
+            embeds, digest = media[piece]
+            spans.append(MediaSpan(len(ids), embeds, digest))
+            ids += [MEDIA_TOKEN] * int(embeds.shape[0])
+        elif piece:
+            ids += tokenizer.encode(piece, add_special_tokens=False).ids
+    return PromptTokens(prompt.state, tuple(ids), prompt.media, prompt.offsets, tuple(spans))

@@ -147,6 +147,7 @@ class DecisionRequest:
     long_context: bool = False
     media: Mapping[str, Media] = field(default_factory=dict)  # placeholder -> asset
     lead: tuple[str, ...] = ()  # placeholders read before the state (seed 002's media rule)
+    truncate: frozenset[int] = frozenset()  # questions (by index) that may read only the state's first tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +285,7 @@ class ModelCard:
     limits: Limits
     attention_mode: str
     strengths: str
+    media_in_questions: bool = False  # placeholders in instructions and criteria are read as media
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +296,7 @@ class Result:
     usage: Usage
     state_cache_hit: bool = False  # the state came from the LRU, computed by an earlier request
     complete: bool = True  # every input token was read (false when a video was sampled)
+    truncated: frozenset[int] = frozenset()  # questions (by index) answered from the state's first tokens only
 
 
 class DecisionEngine(Protocol):

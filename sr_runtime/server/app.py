@@ -106,7 +106,10 @@ def _read(rt: Runtime, request: HttpRequest, body: bytes) -> ClientRequest:
 async def _answered(scheduler: Scheduler, plan: EnginePlan, deadline_ms: int | None, arrived: float) -> Outcome | None:
     if not plan.requests:
         return None
-    deadline = None if deadline_ms is None else arrived + deadline_ms / 1000
+    try:
+        deadline = None if deadline_ms is None else arrived + deadline_ms / 1000
+    except OverflowError:  # a number past a float (400 digits): a bad body, as _read reports others
+        raise ValidationFailed([DetailItem(("body", "options", "deadline_ms"), "JSON decode error: a number in the body is too large to read", "json_invalid")]) from None
     job = scheduler.submit(plan.requests, deadline)
     try:
         return await asyncio.wait_for(asyncio.wrap_future(job), None if deadline is None else max(0.0, deadline - time.monotonic()))

@@ -1,6 +1,6 @@
 """The IR and the engine, both ways: the one place the runtime translates between them.
 
-    plan = to_engine(req.ir, card)                   # each named request as a DecisionRequest
+    plan = to_engine(req.ir, card, body.parts)       # each named request as a DecisionRequest
     reply = to_reply(plan, results, "default")       # the Reply a listener codec's answer_success takes
 
 A question the model cannot take (a type it does not answer, a field it does not honour, media
@@ -8,7 +8,12 @@ on a text-only model) never reaches the engine: it fails here with the question 
 002's table, and the codec decides what that does to the request (/v1/systemone fails it,
 /v1/decisions answers it inside a 200). JSON content reaches the engine as plain Python values,
 so an object state is read as the `json.dumps` text a Python server would write (the same text
-the `state_text` deviation sends); how a family reads roles is the engine's business.
+the `state_text` deviation sends); how a family reads roles is the engine's business. Assets
+reach it as bytes (from base64 or a multipart part) under their placeholders.
+
+Answers go back in seed 002's shapes: a set's in `sets` (and, read label by label, a `noul` per
+label under `<question>.<label>`), a span's in `spans`, with `thresholds` and `span_heads` (not
+on 4.0) beside the answers, and `meta` when asked for.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sr_control.systemone import Batch, ItemResult, Reply, Request
@@ -106,8 +111,10 @@ def to_engine(ir: Request | Batch, card: ModelCard, parts: Mapping[str, bytes] |
 
 
 def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None, meta: bool, parts: Mapping[str, bytes]) -> ItemPlan:
-    assets, media = _assets(r, parts)
-    media = media or _media_failure(r, card)
+    media = _media_failure(r, card)  # a model that cannot read the media never decodes them
+    assets: dict[str, Media] = {}
+    if media is None:
+        assets, media = _assets(r, parts)
     ids: dict[str, str] = {}
     questions: list[EngineQuestion] = []
     failures: dict[str, Failure] = {}
@@ -118,7 +125,8 @@ def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None, m
             question = _engine_question(q, card)
             if media is not None:
                 raise _Refused(media)
-            _no_media_in(q, r.assets)
+            if not card.media_in_questions:
+                _no_media_in(q, r.assets)
         except _Refused as refused:
             failures[q_id] = refused.failure
         else:
@@ -130,11 +138,18 @@ def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None, m
         roles = r.roles.of(state) if r.roles.mode != "none" and isinstance(state, dict) else None
         request = DecisionRequest(state, tuple(questions), roles=roles, long_context=long_context, media=assets, lead=r.media)
     full = frozenset(q_id for q_id, q in r.questions.items() if q.extensions.get("require_full_input") is True)
+    if request is not None:  # the engine's index of each question that may read the state's first tokens only
+        answered = [q_id for q_id in ids if q_id not in failures]
+        cut = frozenset(i for i, q_id in enumerate(answered) if r.questions[q_id].extensions.get("overflow") == "truncate")
+        request = replace(request, truncate=cut) if cut else request
     return ItemPlan(ids, request, failures, full, budget, meta)
 
 
 def _assets(r: Request, parts: Mapping[str, bytes]) -> tuple[dict[str, Media], Failure | None]:
-    """Each asset's bytes, inline (base64) or uploaded (a multipart part); a Failure if one is unusable."""
+    """Each asset's bytes, inline (base64) or uploaded (a multipart part); a Failure if one is unusable.
+
+    Bytes only: decoding them into pixels, and the card's limits, are the engine's (`media.py`).
+    """
     out: dict[str, Media] = {}
     for placeholder, asset in r.assets.items():
         members = asset.members
@@ -154,7 +169,7 @@ def _assets(r: Request, parts: Mapping[str, bytes]) -> tuple[dict[str, Media], F
 
 
 def _no_media_in(q: Question, assets: Mapping[str, Any]) -> None:
-    """Placeholders in instructions or criteria: no model here reads media inside a question."""
+    """Placeholders in instructions or criteria, on a model whose card does not read media there."""
     texts = [*strings(q.instructions), *strings(q.criteria)]
     inside = sorted(p for p in assets if any(p in t for t in texts))
     if inside:
@@ -179,8 +194,6 @@ def _engine_question(q: Question, card: ModelCard) -> EngineQuestion:
     for name in q.extensions:
         if name in REFUSED_FIELDS:
             raise _Refused(Failure("invalid_question", "unsupported_field", f"this model does not take {name}: it {REFUSED_FIELDS[name]}"))
-    if q.extensions.get("overflow") == "truncate":
-        raise _Refused(Failure("invalid_question", "unsupported_field", "this model reads every part whole and never truncates (overflow: window)"))
     instructions, criteria = q.instructions, q.criteria
     if q.preset_only:  # a 4.0 preset-only question: only a model trained on the preset can answer it
         if q.preset not in card.presets:
@@ -250,16 +263,24 @@ def _item_result(item: ItemPlan, result: Result | None, model: str, extras: Mapp
     partial = None
     if result is not None and not result.complete:
         partial = Failure("invalid_input", "partial_input", "a video is read as the model's sample of its frames, not every frame, so the whole input was not read")
-    engine_answers = iter(result.answers if result is not None else ())
+    engine_answers = iter(enumerate(result.answers if result is not None else ()))
+    truncated = result.truncated if result is not None else frozenset()
     answers: list[tuple[str, Any]] = []
     members: dict[str, list[tuple[str, Any]]] = {"spans": [], "sets": [], "thresholds": [], "span_heads": []}
     for q_id, kind in item.questions.items():
-        answer: Answer | QuestionError | Failure = item.failures.get(q_id) or next(engine_answers)
+        cut = False
+        if q_id in item.failures:
+            answer: Answer | QuestionError | Failure = item.failures[q_id]
+        else:
+            index, answer = next(engine_answers)
+            cut = index in truncated
         if over_budget is not None and not isinstance(answer, Failure):
             answer = over_budget
         if partial is not None and q_id in item.full_input and not isinstance(answer, Failure):
             answer = partial
-        answers.append((q_id, _answer_doc(q_id, kind, answer, q_id in item.full_input)))
+        if cut and q_id in item.full_input and not isinstance(answer, Failure):
+            answer = Failure("invalid_input", "partial_input", "overflow: truncate read only the state's first tokens, so the whole input was not read")
+        answers.append((q_id, _answer_doc(q_id, kind, answer, q_id in item.full_input, cut)))
         if isinstance(answer, SetAnswer):
             members["sets"].append((q_id, JsonObject([("probabilities", JsonObject(answer.probabilities)), ("selected", answer.selected)])))
             members["thresholds"].append((q_id, answer.threshold))
@@ -288,7 +309,7 @@ def _box_doc(box: Box) -> JsonObject:
     return JsonObject([("top", box.top), ("bottom", box.bottom), ("left", box.left), ("right", box.right)])
 
 
-def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, full_input: bool) -> JsonObject:
+def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, full_input: bool, cut: bool = False) -> JsonObject:
     if isinstance(answer, QuestionError):
         answer = Failure(answer.code, answer.reason or REASONS.get(answer.code, answer.code), answer.message)
     if isinstance(answer, Failure):
@@ -317,6 +338,8 @@ def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, 
     elif isinstance(answer, TrackAnswer):
         members += [("track", tuple(JsonObject([("at", at), ("box", _box_doc(box))]) for at, box in answer.track)), ("confidence", answer.confidence)]
     # set and span answers are in the response's sets and spans, beside the answers (seed 002)
-    if full_input:  # the engine never truncates: every answer read the whole input
+    if cut:  # overflow: truncate read the state's first tokens only
+        members.append(("input_coverage", "partial"))
+    elif full_input:  # only overflow: truncate cuts the text; every other answer read all of it
         members.append(("input_coverage", "complete"))
     return JsonObject(members)

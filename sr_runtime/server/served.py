@@ -46,6 +46,8 @@ class ServedModel:
                 "modalities": list(card.modalities),
                 "limits": {
                     "max_options": card.limits.max_options,
+                    # set and span labels are coded like options, so the same bound holds
+                    "max_labels": card.limits.max_options,
                     "min_levels": card.limits.min_levels,
                     "max_levels": card.limits.max_levels,
                     "max_input_tokens": card.limits.max_input_tokens,
@@ -59,6 +61,7 @@ class ServedModel:
                         }
                     ),
                 },
+                **({"media_in_questions": True} if card.media_in_questions else {}),
                 "attention_mode": card.attention_mode,
                 "strengths": card.strengths,
             },

@@ -78,7 +78,6 @@ def test_abstain_probability_where_the_checkpoint_has_an_abstain_code(engines: d
     [
         ("over", ["request"], "does not take over"),
         ("decision_adapter", "legal-v2", "does not take decision_adapter"),
-        ("overflow", "truncate", "never truncates"),
     ],
 )
 def test_fields_no_model_here_honours_are_invalid_question_naming_them(engines: dict[str, Engine], field: str, value: Any, says: str) -> None:
@@ -94,3 +93,20 @@ def test_overflow_window_and_the_scan_budget(engines: dict[str, Engine]) -> None
     assert respond(engine, {"state": SEED_002_STATE, "questions": {"q": NOUL}, "options": {"max_tokens": tokens}})["answers"]["q"]["type"] == "noul"
     status, body = refusal(engine, {"state": SEED_002_STATE, "questions": {"q": NOUL}, "options": {"max_tokens": tokens - 1}})
     assert (status, body["reason"]) == (400, "scan_budget_exceeded") and f"read {tokens} tokens" in body["detail"]["message"]
+
+
+def test_overflow_truncate_reads_the_states_first_tokens_where_the_prompt_is_too_long(fresh_engine: Any, checkpoints: dict[str, Any]) -> None:
+    long_state = " ".join([SEED_002_STATE] * 12)
+    engine: Engine = fresh_engine("hybrid-prefix-bidir", max_model_len=128)
+    reference = Engine.load(checkpoints["hybrid-prefix-bidir"], max_model_len=128, reference=True)
+    status, body = refusal(engine, {"state": long_state, "questions": {"q": NOUL}})
+    assert (status, body["reason"]) == (400, "max_length_exceeded")
+    doc = {"state": long_state, "questions": {"q": {**NOUL, "overflow": "truncate"}, "t": {**TEAM, "overflow": "truncate"}}}
+    once, dense = respond(engine, doc), respond(reference, doc)
+    assert once["answers"]["q"]["input_coverage"] == once["answers"]["t"]["input_coverage"] == "partial"
+    assert once["answers"]["q"]["noul"] == pytest.approx(dense["answers"]["q"]["noul"], abs=1e-4)
+    assert engine.state_cache.stats.misses == 1  # the truncated state, once for both questions
+    short = respond(engine, {"state": SEED_002_STATE, "questions": {"q": {**NOUL, "overflow": "truncate", "require_full_input": True}}})
+    assert short["answers"]["q"]["input_coverage"] == "complete"  # nothing to cut
+    status, body = refusal(engine, {"state": long_state, "questions": {"q": {**NOUL, "overflow": "truncate", "require_full_input": True}}})
+    assert (status, body["reason"]) == (400, "partial_input") and "overflow: truncate" in body["detail"]["message"]

@@ -60,7 +60,8 @@ def refusal(engine: Engine, doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 def probabilities(response: dict[str, Any]) -> list[float]:
     out = []
     for a in response["answers"].values():
-        out += [a["noul"]] if a["type"] == "noul" else list(a["probabilities"].values())
+        if a["type"] in ("noul", "choice", "score"):  # a set's probabilities are in sets
+            out += [a["noul"]] if a["type"] == "noul" else list(a["probabilities"].values())
     return out
 
 
@@ -178,3 +179,23 @@ def test_a_4_0_runtime_keeps_the_array_reading_of_media_before_an_element(engine
     legacy, current = respond(engine, doc, "vllm-sr/4.0"), respond(engine, doc)
     assert legacy["usage"]["input_tokens"] > current["usage"]["input_tokens"]  # the array's brackets and quotes
     assert max(abs(a - b) for a, b in zip(probabilities(legacy), probabilities(current))) > 100 * TOLERANCE
+
+
+def test_a_card_that_allows_it_reads_media_in_instructions_and_criteria(engines: dict[str, Engine], references: dict[str, Engine]) -> None:
+    engine, reference = engines["hybrid-vision-heads"], references["hybrid-vision-heads"]
+    assert engine.card().media_in_questions and not engines[PRESET].card().media_in_questions
+    doc = {
+        "state": ["⟦vid-1⟧", "The clip from the garden."],
+        "assets": {"⟦img-1⟧": asset(IMG), "⟦img-2⟧": asset(IMG_2, fmt="jpeg"), "⟦vid-1⟧": asset(VID, "video", "mp4")},
+        "questions": {
+            "which": {"type": "choice", "instructions": "Which photo was taken from the video?", "criteria": {"first": "⟦img-1⟧", "second": "⟦img-2⟧"}},
+            "same": {"type": "noul", "instructions": "Does ⟦img-1⟧ show the same garden?"},
+            "tags": {"type": "set", "criteria": {"pets": None, "garden": "like ⟦img-2⟧"}},
+        },
+    }
+    once, dense = respond(engine, doc), respond(reference, doc)
+    assert max(abs(a - b) for a, b in zip(probabilities(once), probabilities(dense))) <= TOLERANCE
+    for a, b in zip(once["sets"]["tags"]["probabilities"].values(), dense["sets"]["tags"]["probabilities"].values()):
+        assert a == pytest.approx(b, abs=TOLERANCE)
+    swapped = respond(engine, {**doc, "assets": {**doc["assets"], "⟦img-1⟧": asset(IMG_2, fmt="jpeg"), "⟦img-2⟧": asset(IMG)}})
+    assert abs(swapped["answers"]["which"]["probabilities"]["first"] - once["answers"]["which"]["probabilities"]["first"]) > 100 * TOLERANCE

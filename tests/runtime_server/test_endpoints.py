@@ -109,7 +109,7 @@ def test_models_lists_the_served_model_with_its_card(client: TestClient) -> None
     card = entry["card"]
     assert card["question_types"] == ["noul", "choice", "score", "set"]
     assert card["presets"] == [] and card["modalities"] == ["text"]
-    assert card["limits"] == {"max_options": 255, "min_levels": 2, "max_levels": 10, "max_input_tokens": 16384}
+    assert card["limits"] == {"max_options": 255, "max_labels": 255, "min_levels": 2, "max_levels": 10, "max_input_tokens": 16384}
     if schema(client) == "vllm-sr/4.0":  # 4.0 clients read `data`
         assert response.json()["data"][0]["id"] == "tiny-prefix-bidir"
 

@@ -75,6 +75,7 @@ def test_the_listing_card_names_the_modalities_and_media_limits(vision: TestClie
     card = vision.get("/v1/models").json()["models"][0]["card"]
     assert card["modalities"] == ["text", "image", "video"]
     assert card["limits"]["max_video_frames"] == 300 and card["limits"]["max_media_side"] == 1024
+    assert "media_in_questions" not in card  # hybrid-vision reads media in the state only
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +107,4 @@ def test_every_question_type_over_http_with_a_multipart_image(heads: TestClient)
     assert set(doc["answers"]["dog"]["box"]) == {"top", "bottom", "left", "right"}
     card = heads.get("/v1/models").json()["models"][0]
     assert card["features"] == ["noul", "choice", "score", "set", "span", "box", "track"] and card["card"]["presets"] == ["pii"]
+    assert card["card"]["media_in_questions"] is True
