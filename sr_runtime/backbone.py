@@ -6,8 +6,9 @@ full-attention layers only; linear layers are causal recurrences and read no mas
 
 State once: a state prefill keeps, at the boundary S, each full-attention layer's K/V (after
 RoPE) and each linear layer's conv window and recurrent state (a `StateSnapshot`). Question
-rows continue from copies of snapshots, one question per row (a recurrence cannot keep two
-questions in one row apart), with positions S, S+1, ... and right padding.
+rows continue from snapshots, one question per row (a recurrence cannot keep two questions in
+one row apart), with positions S, S+1, ... and right padding: each row gets its own copy of
+the recurrent states, while attention layers read a state's K/V in place (shared_prefix.py).
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ class Backbone:
         """[B, hidden]: the last hidden state of each question, each continuing its own state.
 
         Rows of one state should sit together: each run of them reads that state's keys and
-        values once (`shared_prefix`), at most budget // (S + Qw) rows at a time.
+        values in place (sr_runtime/shared_prefix.py; `blocks` says how long a run may be).
         """
         distinct: list[StateSnapshot] = []
         groups: list[int] = []  # row -> index in distinct

@@ -3,7 +3,7 @@
 `answer_batch` takes several requests at once (the HTTP server's one scheduler hands it what
 arrived together). Each question becomes a row; rows from every request are packed into passes
 under a token budget. Under `causal` and `prefix_bidir` each distinct state is computed once
-(or found in the LRU) and every question continues from a copy of it; under
+(or found in the LRU) and every question continues from it; under
 `noncausal_full_attention` the state reads the question, so each row is a whole prompt.
 `reference=True` runs each question as one whole forward with a dense mask and no cache: the
 path every other one is tested against.
