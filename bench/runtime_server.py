@@ -1,13 +1,15 @@
 """`vllm-srun serve` under closed-loop load: throughput and p50/p99 latency at 1, 8 and 32 clients.
 
 A tiny checkpoint (created here) is served by `vllm-srun serve` as its own process, once with
-the state cache (states reused across requests) and once with `--state-cache-mb 0`. Each client
-sends a request, waits for its answer, and sends the next: 4 questions about one of a few
-support tickets (a state of about --state-tokens tokens), so later requests can reuse a state.
+the state cache (states reused across requests) and once with `--state-cache-mb 0`; then a
+larger model of the same preset with the state cache (`--large HIDDENxLAYERS`, default 512x4:
+the largest that still answers enough requests in a row's seconds on 2 shared cores). Each
+client sends a request, waits for its answer, and sends the next: 4 questions about one of a
+few support tickets (a state of --state-words words), so later requests can reuse a state.
 Prints figures and ratios; it never fails on time.
 
     .venv/bin/python bench/runtime_server.py [--preset llama-prefix-bidir] [--clients 1,8,32]
-        [--seconds 5] [--states 8] [--state-tokens 512] [--device cpu]
+        [--seconds 5] [--states 8] [--state-words 120] [--device cpu] [--large 512x4]
 """
 
 from __future__ import annotations
@@ -123,6 +125,25 @@ def percentile(values: list[float], p: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1] if len(values) > 1 else values[0]
 
 
+def run(folder: Path, args: argparse.Namespace, reuse: str, counts: list[int], pool: list[str], label: str) -> dict[int, tuple[int, float]]:
+    """One server, rows for each client count; {clients: (req/s, p99 s)}."""
+    out: dict[int, tuple[int, float]] = {}
+    with Server(str(folder), "--device", args.device, "--state-cache-mb", "512" if reuse == "on" else "0") as server:
+        for clients in counts:
+            calls = server.metric("vsr_runtime_pass_requests_count")
+            answered = server.metric("vsr_runtime_pass_requests_sum")
+            misses = server.metric("vsr_runtime_state_cache_misses_total")
+            rate, latencies = asyncio.run(load(server.url, clients, args.seconds, pool))
+            per_call = (server.metric("vsr_runtime_pass_requests_sum") - answered) / max(1.0, server.metric("vsr_runtime_pass_requests_count") - calls)
+            # A state is computed on a cache miss; requests of one engine call share it anyway.
+            computed = (server.metric("vsr_runtime_state_cache_misses_total") - misses) / max(1, len(latencies))
+            p99 = percentile(latencies, 99)
+            out[clients] = (rate, p99)
+            print(f"| {label} | {reuse} | {clients} | {rate} | {percentile(latencies, 50) * 1000:.1f} | {p99 * 1000:.1f} "
+                  f"| {per_call:.1f} | {computed:.2f} |", flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="llama-prefix-bidir")
@@ -131,35 +152,35 @@ def main() -> None:
     parser.add_argument("--states", type=int, default=8)
     parser.add_argument("--state-words", type=int, default=120, help="words per state (about 4 tokens each in the tiny tokenizer)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--large", default="512x4", help="the larger model: HIDDENxLAYERS of the same preset ('' for none)")
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
     pool = states(args.states, args.state_words)
+    top = max(counts)
     with tempfile.TemporaryDirectory() as tmp:
-        folder = create(Path(tmp) / args.preset, args.preset, seed=0)
+        tiny = create(Path(tmp) / args.preset, args.preset, seed=0)
         print(f"# vllm-srun serve {args.preset} --device {args.device}: {len(QUESTIONS)} questions a request, "
-              f"{args.states} distinct states of {args.state_words} words, {args.seconds:.0f} s per row, {os.cpu_count()} CPUs\n")
-        print("| state reuse | clients | req/s | p50 ms | p99 ms | requests per engine call | states computed per request |")
-        print("|---|---|---|---|---|---|---|")
-        rates: dict[tuple[str, int], int] = {}
-        for reuse, cache_mb in (("on", "512"), ("off", "0")):
-            with Server(str(folder), "--device", args.device, "--state-cache-mb", cache_mb) as server:
-                for clients in counts:
-                    calls = server.metric("vsr_runtime_pass_requests_count")
-                    answered = server.metric("vsr_runtime_pass_requests_sum")
-                    misses = server.metric("vsr_runtime_state_cache_misses_total")
-                    rate, latencies = asyncio.run(load(server.url, clients, args.seconds, pool))
-                    per_call = (server.metric("vsr_runtime_pass_requests_sum") - answered) / max(1.0, server.metric("vsr_runtime_pass_requests_count") - calls)
-                    # A state is computed on a cache miss; requests of one engine call share it anyway.
-                    computed = (server.metric("vsr_runtime_state_cache_misses_total") - misses) / max(1, len(latencies))
-                    rates[(reuse, clients)] = rate
-                    print(f"| {reuse} | {clients} | {rate} | {percentile(latencies, 50) * 1000:.1f} | {percentile(latencies, 99) * 1000:.1f} "
-                          f"| {per_call:.1f} | {computed:.2f} |")
+              f"{args.states} distinct states of {args.state_words} words, {args.seconds:.0f} s per row, {os.cpu_count()} CPUs, "
+              f"load average {os.getloadavg()[0]:.1f}\n")
+        print("| model | state reuse | clients | req/s | p50 ms | p99 ms | requests per engine call | states computed per request |")
+        print("|---|---|---|---|---|---|---|---|")
+        rates = {reuse: run(tiny, args, reuse, counts, pool, "tiny") for reuse in ("on", "off")}
+        large = None
+        if args.large:
+            hidden, layers = (int(x) for x in args.large.split("x"))
+            folder = create(Path(tmp) / "large", args.preset, seed=0, hidden=hidden, layers=layers)
+            large = run(folder, args, "on", counts, pool, f"hidden {hidden}, {layers} layers")
         print()
-        top = max(counts)
         for reuse in ("on", "off"):
-            print(f"state reuse {reuse}: throughput at {top} clients / at 1 client = {rates[(reuse, top)] / rates[(reuse, 1)]:.2f}")
+            r = rates[reuse]
+            print(f"tiny, state reuse {reuse}: throughput at {top} clients / at 1 client = {r[top][0] / r[1][0]:.2f}; p99 at {top} clients {r[top][1] * 1000:.0f} ms")
+        if large is not None:
+            print(f"{args.large}, state reuse on: throughput at {top} clients / at 1 client = {large[top][0] / large[1][0]:.2f}; p99 at {top} clients {large[top][1] * 1000:.0f} ms")
         for clients in counts:
-            print(f"{clients} clients: throughput with state reuse / without = {rates[('on', clients)] / rates[('off', clients)]:.2f}")
+            print(f"tiny, {clients} clients: throughput with state reuse / without = {rates['on'][clients][0] / rates['off'][clients][0]:.2f}")
+        if 1 in counts:
+            verdict = "meets" if rates["on"][top][0] >= 3 * rates["on"][1][0] else "MISSES"
+            print(f"# issue 14's target: at least 3x from 1 to {top} clients on the tiny checkpoint with state reuse on: {verdict}")
 
 
 if __name__ == "__main__":

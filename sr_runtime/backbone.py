@@ -6,8 +6,9 @@ full-attention layers only; linear layers are causal recurrences and read no mas
 
 State once: a state prefill keeps, at the boundary S, each full-attention layer's K/V (after
 RoPE) and each linear layer's conv window and recurrent state (a `StateSnapshot`). Question
-rows continue from copies of snapshots, one question per row (a recurrence cannot keep two
-questions in one row apart), with positions S, S+1, ... and right padding.
+rows continue from snapshots, one question per row (a recurrence cannot keep two questions in
+one row apart), with positions S, S+1, ... and right padding: each row gets its own copy of
+the recurrent states, while attention layers read a state's K/V in place (shared_prefix.py).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from transformers.cache_utils import CacheLayerMixin, LinearAttentionCacheLayerM
 from transformers.utils import logging as hf_logging
 
 from sr_runtime.errors import CheckpointError
-from sr_runtime.mask import AttentionMode, padded_prompt_mask, prompt_mask, question_rows_mask, state_mask
+from sr_runtime.mask import AttentionMode, padded_prompt_mask, prompt_mask, question_mask, state_mask
 from sr_runtime.prompt import MediaSpan
+from sr_runtime.shared_prefix import ATTENTION, SharedPrefix, blocks
 
 BACKBONES = ("llama", "qwen3_5_text")
 LAYER_KINDS = ("full_attention", "linear_attention")
@@ -71,6 +73,9 @@ class Backbone:
     """A causal LM's decoder stack and its LM head, with the passes the engine needs."""
 
     def __init__(self, model: PreTrainedModel, device: torch.device) -> None:
+        # Question rows read their state's keys and values in place (sr_runtime/shared_prefix.py);
+        # every other pass is plain SDPA.
+        model.set_attn_implementation(ATTENTION)
         self.model = model
         self.device = device
         self.config = model.config
@@ -119,10 +124,8 @@ class Backbone:
         return mask
 
     def _ids(self, rows: Sequence[Sequence[int]], width: int) -> torch.Tensor:
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        for b, row in enumerate(rows):
-            ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-        return ids.to(self.device)
+        """[B, width] token ids, each row right-padded with 0 (padding is never read)."""
+        return torch.tensor([[*row, *[0] * (width - len(row))] for row in rows], dtype=torch.long, device=self.device)
 
     def _inputs(self, rows: Sequence[Sequence[int]], width: int, media: Sequence[Sequence[MediaSpan]] = ()) -> dict[str, torch.Tensor]:
         """The model's inputs: token ids, or with media the embeddings, each asset's rows in place."""
@@ -161,20 +164,17 @@ class Backbone:
                 layers.append(AttentionState(layer.keys, layer.values))
         return StateSnapshot(n, tuple(layers), out.last_hidden_state[0])
 
-    def _rows_cache(self, states: Sequence[StateSnapshot], width: int) -> DynamicCache:
-        """A cache holding one copy of each row's state; attention states right-padded to `width`."""
+    def _rows_cache(self, states: Sequence[StateSnapshot], groups: Sequence[int]) -> DynamicCache:
+        """A cache of each row's recurrent state (a recurrence updates its own copy, so one a row,
+        made once for the pass); attention layers stay empty, as rows read their state in place."""
         cache = DynamicCache(config=self.config)
         for i, kind in enumerate(self.kinds):
-            parts = [s.layers[i] for s in states]
-            if kind == "linear_attention":
-                conv = torch.cat([p.conv for p in parts])  # type: ignore[union-attr]
-                cache.update_conv_state(conv, i, conv_kernel_size=conv.shape[-1])
-                cache.update_recurrent_state(torch.cat([p.recurrent for p in parts]), i)  # type: ignore[union-attr]
-            else:
-                pad = [(0, 0, 0, width - s.length) for s in states]
-                keys = torch.cat([torch.nn.functional.pad(p.keys, d) for p, d in zip(parts, pad)])  # type: ignore[union-attr]
-                values = torch.cat([torch.nn.functional.pad(p.values, d) for p, d in zip(parts, pad)])  # type: ignore[union-attr]
-                cache.update(keys, values, i)
+            if kind != "linear_attention":
+                continue
+            parts: list[RecurrentState] = [s.layers[i] for s in states]  # type: ignore[misc]
+            conv = torch.cat([parts[g].conv for g in groups])
+            cache.update_conv_state(conv, i, conv_kernel_size=conv.shape[-1])
+            cache.update_recurrent_state(torch.cat([parts[g].recurrent for g in groups]), i)
         return cache
 
     @torch.inference_mode()
@@ -183,19 +183,37 @@ class Backbone:
         states: Sequence[StateSnapshot],
         questions: Sequence[Sequence[int]],
         mode: AttentionMode,
+        budget: int,
         media: Sequence[Sequence[MediaSpan]] = (),
     ) -> torch.Tensor:
-        """[B, hidden]: the last hidden state of each question, each continuing its own state."""
-        state_lens = [s.length for s in states]
+        """[B, hidden]: the last hidden state of each question, each continuing its own state.
+
+        Rows of one state should sit together: each run of them reads that state's keys and
+        values in place (sr_runtime/shared_prefix.py; `blocks` says how long a run may be).
+        """
+        distinct: list[StateSnapshot] = []
+        groups: list[int] = []  # row -> index in distinct
+        for state in states:
+            if not distinct or distinct[-1] is not state:
+                distinct.append(state)
+            groups.append(len(distinct) - 1)
         question_lens = [len(q) for q in questions]
-        sw, qw = max(state_lens), max(question_lens)
-        positions = torch.stack([torch.arange(s, s + qw) for s in state_lens]).to(self.device)
+        qw = max(question_lens)
+        positions = (torch.tensor([s.length for s in states])[:, None] + torch.arange(qw)).to(self.device)  # S_b, S_b + 1, ...
+        prefix = SharedPrefix(
+            kv={i: [s.layers[i].tensors for s in distinct] for i, kind in enumerate(self.kinds) if kind == "full_attention"},  # type: ignore[misc]
+            blocks=blocks(groups, [s.length for s in distinct], qw, budget),
+            mask=question_mask(mode, question_lens, qw).to(self.device),
+        )
         out = self.model.base_model(
             **self._inputs(questions, qw, media),
-            attention_mask=self._masks(question_rows_mask(mode, state_lens, question_lens, sw, qw)),
+            # The question mask goes to the attention layers through `prefix`; transformers sees the
+            # [B, 1, Qw, Qw] block alone, the keys its cache holds.
+            attention_mask=self._masks(prefix.mask),
             position_ids=positions,
-            past_key_values=self._rows_cache(states, sw),
+            past_key_values=self._rows_cache(distinct, groups),
             use_cache=True,
+            shared_prefix=prefix,
         ).last_hidden_state
         last = torch.tensor(question_lens, device=self.device) - 1
         return out[torch.arange(len(questions), device=self.device), last]

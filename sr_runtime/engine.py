@@ -3,7 +3,7 @@
 `answer_batch` takes several requests at once (the HTTP server's one scheduler hands it what
 arrived together). Each question becomes a row; rows from every request are packed into passes
 under a token budget. Under `causal` and `prefix_bidir` each distinct state is computed once
-(or found in the LRU) and every question continues from a copy of it; under
+(or found in the LRU) and every question continues from it; under
 `noncausal_full_attention` the state reads the question, so each row is a whole prompt.
 `reference=True` runs each question as one whole forward with a dense mask and no cache: the
 path every other one is tested against.
@@ -26,8 +26,9 @@ from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, M
 from sr_runtime.assets import read_assets, the_one
 from sr_runtime.heads import Heads
 from sr_runtime.prompt import LAYOUTS, MediaSpan, PromptTokens, encode_media_prompts, split_placeholders, with_question_media
-from sr_runtime.readout import SET_THRESHOLD, abstaining_probabilities, answer_from, code_probabilities, set_answer, temperature_for
+from sr_runtime.readout import SET_THRESHOLD, answer_from, batch_probabilities, finite, set_answer, temperature_for
 from sr_runtime.state_cache import StateCache, state_key
+from sr_runtime.token_cache import CachedTokenizer
 from sr_runtime.spans import decode_spans
 from sr_runtime.types import (
     Answer,
@@ -116,6 +117,8 @@ class Engine:
         self.validated_length = min(config.validated_length or self.max_length, self.max_length)
         self.token_budget = token_budget
         self.state_cache = StateCache(state_cache_bytes)
+        # Instructions and criteria repeat across requests, states too where they are reused.
+        self.tokens = CachedTokenizer(checkpoint.tokenizer)
         self.reference = reference
         self._description = description
         self._strengths = strengths
@@ -242,7 +245,7 @@ class Engine:
             # A question block is tokenized up to its first asset as a text-only one is (the state
             # block size rule), then piece by piece.
             pieces = [split_placeholders(b, [p for p in rows_of if p in b]) if self.media_in_questions else [b] for b in blocks]
-            prompts = encode_media_prompts(self.checkpoint.tokenizer, state_block, rows_of, [p[0] for p in pieces], request.state_tokens)
+            prompts = encode_media_prompts(self.tokens, state_block, rows_of, [p[0] for p in pieces], request.state_tokens)
             prompts = [with_question_media(self.checkpoint.tokenizer, pr, p[1:], rows_of) if len(p) > 1 else pr for pr, p in zip(prompts, pieces)]
         except DecisionError as exc:
             for q in ready:
@@ -254,6 +257,9 @@ class Engine:
         # such question's fit), so the cut state is still computed once.
         over = [limit - len(p.question) for (q, _, _), p in zip(units, prompts) if q in request.truncate and len(p) > limit]
         keep = min(over, default=0)
+        # A request's prompts mostly share one state tuple: hash it once. The tuple is kept with
+        # its key, so its id cannot be another tuple's while this loop runs.
+        keys: dict[int, tuple[tuple[int, ...], str]] = {}
         for (q, label, _), prompt in zip(units, prompts):
             try:
                 cut = over and len(prompt) > limit and q in request.truncate
@@ -267,7 +273,9 @@ class Engine:
             except DecisionError as exc:
                 slots[q] = QuestionError.of(exc)
                 continue
-            key = state_key(prompt.state, [(m.start, m.digest) for m in prompt.media])
+            if id(prompt.state) not in keys:
+                keys[id(prompt.state)] = (prompt.state, state_key(prompt.state, [(m.start, m.digest) for m in prompt.media]))
+            key = keys[id(prompt.state)][1]
             rows.append(_Row(index, q, prompt, key, label, video))
         if not all(a.whole for a in media.values()):
             self._partial.add(index)
@@ -287,6 +295,27 @@ class Engine:
                 current, widest = [], 0
             current.append(row)
             widest = max(widest, cost)
+        if current:
+            passes.append(current)
+        return passes
+
+    def _question_passes(self, rows: Sequence[_Row]) -> list[list[_Row]]:
+        """Greedy packing in order of rows that read their state in place: a pass costs the
+        tokens of its distinct states once plus its row count times its widest question."""
+        passes: list[list[_Row]] = []
+        current: list[_Row] = []
+        keys: set[str] = set()
+        state_tokens = widest = 0
+        for row in rows:
+            extra = 0 if row.key in keys else len(row.prompt.state)
+            wider = max(widest, len(row.prompt.question))
+            if current and state_tokens + extra + (len(current) + 1) * wider > self.token_budget:
+                passes.append(current)
+                current, keys, state_tokens, wider, extra = [], set(), 0, len(row.prompt.question), len(row.prompt.state)
+            current.append(row)
+            keys.add(row.key)
+            state_tokens += extra
+            widest = wider
         if current:
             passes.append(current)
         return passes
@@ -342,8 +371,10 @@ class Engine:
         ordered = [rows[i] for i in order]
         hidden = torch.cat(
             [
-                self.backbone.question_rows([states[r.key] for r in p], [r.prompt.question for r in p], mode, [r.prompt.question_media for r in p])
-                for p in self._passes(ordered, lambda r: len(r.prompt))
+                self.backbone.question_rows(
+                    [states[r.key] for r in p], [r.prompt.question for r in p], mode, self.token_budget, [r.prompt.question_media for r in p]
+                )
+                for p in self._question_passes(ordered)
             ]
         )
         return hidden[torch.tensor(order).argsort()], states
@@ -361,15 +392,22 @@ class Engine:
         if rows:
             hidden, states = self._hidden(rows)
             logits = (hidden.to(self.readout.dtype) @ self.readout.T).float().cpu()
-            for row, h, row_logits in zip(rows, hidden, logits):
+            questions = [requests[row.request].questions[row.question] for row in rows]
+            ts = [temperature_for(len(requests[row.request].questions), self.config.temperature, self.config.temperature_by_questions) for row in rows]
+            # Every row's code probabilities at once; a label row reads its noul's two codes, no abstain.
+            readings = batch_probabilities(
+                logits,
+                [2 if row.label is not None else len(coded_options(question)) for row, question in zip(rows, questions)],
+                ts,
+                [None if row.label is not None else self.abstain for row in rows],
+            )
+            for row, question, h, reading, t in zip(rows, questions, hidden, readings, ts):
                 request = requests[row.request]
-                question = request.questions[row.question]
-                t = temperature_for(len(request.questions), self.config.temperature, self.config.temperature_by_questions)
                 try:
                     if row.label is not None:
-                        labels.setdefault((row.request, row.question), {})[row.label] = code_probabilities(row_logits, 2, t)[1]
+                        labels.setdefault((row.request, row.question), {})[row.label] = finite(*reading)[0][1]
                         continue
-                    slots[row.request][row.question] = self._answer(request, question, row, h, row_logits, t, states)
+                    slots[row.request][row.question] = self._answer(request, question, row, h, reading, t, states)
                 except DecisionError as exc:
                     slots[row.request][row.question] = QuestionError.of(exc)
         for (i, q), probs in labels.items():
@@ -394,7 +432,14 @@ class Engine:
         return self.heads.config.threshold if self.heads is not None else SET_THRESHOLD
 
     def _answer(
-        self, request: DecisionRequest, question: Question, row: _Row, q: torch.Tensor, logits: torch.Tensor, t: float, states: dict[str, StateSnapshot]
+        self,
+        request: DecisionRequest,
+        question: Question,
+        row: _Row,
+        q: torch.Tensor,
+        reading: tuple[list[float], float | None],
+        t: float,
+        states: dict[str, StateSnapshot],
     ) -> Answer:
         """One row's answer: the code readout, or the head its question type needs (`q` is the
         hidden state of the question's last token, which the readout and every head read)."""
@@ -419,7 +464,7 @@ class Engine:
             frames, times = row.video
             boxes = self.heads.track(q, frames)
             return TrackAnswer(tuple((time, box) for time, (box, _) in zip(times, boxes)), sum(c for _, c in boxes) / len(boxes))
-        return answer_from(question, *abstaining_probabilities(logits, n, t, self.abstain))
+        return answer_from(question, *finite(*reading))
 
     def answer(self, request: DecisionRequest) -> Result:
         return self.answer_batch([request])[0]

@@ -61,22 +61,20 @@ def state_mask(mode: AttentionMode, state_len: int) -> torch.Tensor:
     return full_mask(state_len) if mode == "prefix_bidir" else causal_mask(state_len)
 
 
-def question_rows_mask(
-    mode: AttentionMode, state_lens: list[int], question_lens: list[int], state_width: int, question_width: int
-) -> torch.Tensor:
-    """[B, 1, Qw, Sw + Qw] for question rows that continue from cached states.
+def question_mask(mode: AttentionMode, question_lens: list[int], question_width: int) -> torch.Tensor:
+    """[B, 1, Qw, Qw]: which question tokens each question token of a row reads.
 
-    Row b's cached state fills key columns [0, S_b) of a block padded to `state_width`; its
-    question fills [Sw, Sw + Q_b) of a block padded to `question_width`. Padding keys are never
-    read. Padding queries read the state only, so no row of the softmax is empty.
+    Every question token also reads its whole state, which a question pass keeps apart
+    (sr_runtime/shared_prefix.py), so this is the question block of the prompt mask. Padding
+    keys are never read; padding queries read no question token (they still read the state,
+    so no softmax row is empty).
     """
-    rows = len(state_lens)
-    mask = torch.zeros(rows, 1, question_width, state_width + question_width, dtype=torch.bool)
-    for b, (s, q) in enumerate(zip(state_lens, question_lens)):
-        mask[b, 0, :, :s] = True
-        block = causal_mask(q) if mode == "causal" else full_mask(q)
-        mask[b, 0, :q, state_width : state_width + q] = block
-    return mask
+    i = torch.arange(question_width)
+    real = i[None, :] < torch.tensor(question_lens)[:, None]  # [B, Qw]: token i of row b is not padding
+    mask = real[:, :, None] & real[:, None, :]
+    if mode == "causal":
+        mask &= causal_mask(question_width)
+    return mask[:, None]
 
 
 def padded_prompt_mask(

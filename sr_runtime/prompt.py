@@ -20,6 +20,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from sr_runtime.errors import InvalidInput
+from sr_runtime.token_cache import CachedTokenizer
 from sr_runtime.types import Question, Text, coded_options, render_text
 
 SYSTEM = "Read the state, then answer the question with the code of one option."
@@ -135,7 +136,7 @@ def checked_state_tokens(value: object, rule_size: int) -> int:
 
 
 def encode_prompts(
-    tokenizer: Tokenizer, state_block: str, question_blocks: Sequence[str], state_tokens: object = None
+    tokenizer: Tokenizer | CachedTokenizer, state_block: str, question_blocks: Sequence[str], state_tokens: object = None
 ) -> list[PromptTokens]:
     """Tokenize a request's prompts, reading the state once.
 
@@ -172,7 +173,7 @@ def split_placeholders(text: str, placeholders: Sequence[str]) -> list[str]:
 
 
 def encode_media_prompts(
-    tokenizer: Tokenizer,
+    tokenizer: Tokenizer | CachedTokenizer,
     state_block: str,
     media: Mapping[str, tuple[Any, str]],
     question_blocks: Sequence[str],
@@ -212,7 +213,7 @@ def encode_media_prompts(
     ]
 
 
-def _questions_alone(tokenizer: Tokenizer, question_blocks: Sequence[str]) -> list[PromptTokens]:
+def _questions_alone(tokenizer: Tokenizer | CachedTokenizer, question_blocks: Sequence[str]) -> list[PromptTokens]:
     """A state that ends with an asset: each question block starts its own tokens."""
     return [PromptTokens((), tuple(e.ids)) for e in tokenizer.encode_batch(list(question_blocks), add_special_tokens=False)]
 

@@ -61,20 +61,31 @@ def abstaining_probabilities(logits: torch.Tensor, n_options: int, temperature: 
     then renormalized among themselves (they answer "if you must answer"), and p[abstain] is
     the abstain probability.
     """
-    masked = logits.to(torch.float32).clone()
-    keep = torch.zeros_like(masked, dtype=torch.bool)
-    keep[:n_options] = True
-    if abstain is not None:
-        keep[abstain] = True
-    masked[~keep] = float("-inf")
-    probs = torch.softmax(masked / temperature, dim=-1)
-    options, p_abstain = probs[:n_options], None if abstain is None else float(probs[abstain])
-    if abstain is not None:
-        options = options / options.sum()
-    out = [float(p) for p in options]
-    if not all(math.isfinite(p) for p in out) or (p_abstain is not None and not math.isfinite(p_abstain)):
+    return finite(*batch_probabilities(logits[None], [n_options], [temperature], [abstain])[0])
+
+
+def batch_probabilities(
+    logits: torch.Tensor, n_options: Sequence[int], temperatures: Sequence[float], abstain: Sequence[int | None]
+) -> list[tuple[list[float], float | None]]:
+    """`abstaining_probabilities` for each row of [R, codes] logits, in one softmax and one copy
+    to Python; unchecked (`finite` checks the rows that are read)."""
+    codes = torch.arange(logits.shape[-1])
+    is_option = codes[None, :] < torch.tensor(n_options, dtype=torch.long)[:, None]  # [R, codes]
+    abstains = torch.tensor([-1 if a is None else a for a in abstain], dtype=torch.long)[:, None]
+    keep = is_option | (codes[None, :] == abstains)
+    t = torch.tensor(temperatures, dtype=torch.float32)[:, None]
+    probs = torch.softmax(logits.to(torch.float32).masked_fill(~keep, float("-inf")) / t, dim=-1)
+    p_abstain = probs.gather(1, abstains.clamp(min=0))[:, 0].tolist()
+    renormalized = probs * is_option / (probs * is_option).sum(-1, keepdim=True)
+    options = torch.where(abstains >= 0, renormalized, probs).tolist()
+    return [(row[:n], None if a is None else pa) for row, n, a, pa in zip(options, n_options, abstain, p_abstain)]
+
+
+def finite(options: list[float], p_abstain: float | None) -> tuple[list[float], float | None]:
+    """The probabilities as they are, or InvalidModelOutput if one is not a number (NaN weights)."""
+    if not all(math.isfinite(p) for p in options) or (p_abstain is not None and not math.isfinite(p_abstain)):
         raise InvalidModelOutput("the readout produced a non-finite probability")
-    return out, p_abstain
+    return options, p_abstain
 
 
 def choice_confidence(probs: Sequence[float]) -> float:

@@ -8,6 +8,7 @@ digest would not do. Question blocks are never cached: they read themselves both
 from __future__ import annotations
 
 import hashlib
+from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,8 +23,7 @@ def state_key(state_ids: Sequence[int], media: Sequence[tuple[int, str]] = ()) -
     """
     digest = hashlib.sha256()
     digest.update(len(state_ids).to_bytes(8, "little"))
-    for token in state_ids:
-        digest.update(token.to_bytes(4, "little"))
+    digest.update(array("I", state_ids).tobytes())  # 4 bytes a token id, in one call
     for start, asset in media:
         digest.update(start.to_bytes(8, "little") + asset.encode("ascii"))
     return f"{digest.hexdigest()}:{len(state_ids)}"

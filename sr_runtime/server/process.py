@@ -58,7 +58,8 @@ def serve(settings: ServerSettings) -> int:
         server.should_exit = True
 
     app = create_app(settings, on_failure=stop)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5)
+    # uvloop and httptools: the event loop and HTTP parser in C (measured in docs/runtime/server.md).
+    config = uvicorn.Config(app, loop="uvloop", http="httptools", log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     host, port = sock.getsockname()[:2]
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

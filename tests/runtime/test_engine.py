@@ -260,3 +260,32 @@ def test_option_counts_outside_the_models_limits_are_invalid_questions(
     assert "needs 2 to 255 options on this model, not 256" in result.answers[1].message  # type: ignore[union-attr]
     alone = DecisionRequest("x", (widest,))
     assert max_dp(engine.answer(alone), references["hybrid-prefix-bidir"].answer(alone)) <= TOLERANCE
+
+
+@pytest.mark.parametrize("preset", ["hybrid-prefix-bidir", "llama-prefix-bidir", "llama-causal"])
+@pytest.mark.parametrize("budget", [16_384, 600])
+def test_rows_reading_shared_states_in_one_pass_equal_the_reference_path(
+    fresh_engine: Callable[..., Engine], references: dict[str, Engine], preset: str, budget: int
+) -> None:
+    """Rows of states of different lengths share passes, rows of one state (from two requests)
+    read it in runs (split into blocks under the small budget): each answer is its own still."""
+    requests = [
+        DecisionRequest(LONG_STATE, QUESTIONS),
+        DecisionRequest(SEED_002_STATE, QUESTIONS[:3]),
+        DecisionRequest(LONG_STATE, QUESTIONS[3:6]),
+        DecisionRequest(MERGING_STATE, QUESTIONS[1:]),
+    ]
+    answers = fresh_engine(preset, token_budget=budget).answer_batch(requests)
+    for request, answer in zip(requests, answers):
+        assert max_dp(answer, references[preset].answer(request)) <= TOLERANCE
+
+
+def test_runs_of_rows_hold_one_state_and_stay_within_their_bounds() -> None:
+    from sr_runtime.shared_prefix import blocks
+
+    groups, lens = [0, 0, 0, 0, 0, 1, 1, 0], [600, 20]
+    runs = blocks(groups, lens, question_width=40, budget=16_384)
+    assert [(a, b, g) for a, b, g in runs] == [(0, 4, 0), (4, 5, 0), (5, 6, 1), (6, 7, 1), (7, 8, 0)]
+    # 600 // (4 * 40) + 1 = 4 rows a run (wasted columns under a quarter of the state); a state of
+    # 20 tokens goes a row at a time; a tight budget caps runs too.
+    assert all(b - a <= 2 for a, b, _ in blocks(groups, lens, question_width=40, budget=1300))

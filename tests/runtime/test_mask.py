@@ -1,4 +1,4 @@
-"""The attention masks: prefix_bidir as drawn in its docstring, and the cached-row masks agree with it."""
+"""The attention masks: prefix_bidir as drawn in its docstring, and the question-row masks agree with it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sr_runtime.mask import (
     padded_prompt_mask,
     prefix_bidir_mask,
     prompt_mask,
-    question_rows_mask,
+    question_mask,
     state_mask,
 )
 
@@ -36,19 +36,18 @@ def test_state_and_question_masks_are_the_blocks_of_the_prompt_mask(mode: str) -
     s, q = 5, 3
     dense = prompt_mask(mode, s, q)  # type: ignore[arg-type]
     assert torch.equal(state_mask(mode, s), dense[:s, :s])  # type: ignore[arg-type]
-    rows = question_rows_mask(mode, [s], [q], s, q)  # type: ignore[arg-type]
-    assert torch.equal(rows[0, 0], dense[s:, :])
+    assert dense[s:, :s].all()  # a question reads its whole state (kept apart in a question pass)
+    assert torch.equal(question_mask(mode, [q], q)[0, 0], dense[s:, s:])  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("mode", ["causal", "prefix_bidir"])
 def test_padded_question_rows_never_read_padding(mode: str) -> None:
-    mask = question_rows_mask(mode, [2, 4], [3, 1], state_width=4, question_width=3)  # type: ignore[arg-type]
-    # Row 0: state of 2 padded to 4, question of 3. Row 1: state of 4, question of 1 padded to 3.
-    assert not mask[0, 0, :, 2:4].any()
-    assert not mask[1, 0, :, 5:].any()
-    for real in (mask[0, 0, :3], mask[1, 0, :1]):
-        assert real.any(dim=-1).all()
-    assert mask[1, 0, 1:, :4].all()  # padding queries read the state, so no softmax row is empty
+    mask = question_mask(mode, [3, 1], question_width=3)  # type: ignore[arg-type]
+    # Row 1: a question of 1 padded to 3: its padding keys are never read, its padding queries
+    # read no question token (they read the state).
+    assert not mask[1, 0, :, 1:].any()
+    assert not mask[1, 0, 1:].any()
+    assert mask[0, 0].any(dim=-1).all() and mask[1, 0, :1].any(dim=-1).all()
 
 
 @pytest.mark.parametrize("mode", ATTENTION_MODES)

@@ -97,6 +97,7 @@ class HeldEngine:
         self.entered = threading.Event()
         self.release = threading.Event()
         self.calls: list[int] = []  # requests per engine call
+        self.rounds: list[list[DecisionRequest]] = []  # the requests of each engine call
 
     def card(self) -> ModelCard:
         return self.engine.card()
@@ -105,6 +106,7 @@ class HeldEngine:
         self.entered.set()
         assert self.release.wait(60), "the test never released the engine"
         self.calls.append(len(requests))
+        self.rounds.append(list(requests))
         return self.engine.answer_batch(requests)
 
 

@@ -79,3 +79,34 @@ def test_concurrent_http_requests_are_packed_into_shared_passes(checkpoint: Path
         metas = [f.result().json()["meta"] for f in (first, *rest)]
         assert [m["batched_requests"] for m in metas] == [1] + [len(STATES)] * len(STATES)
         assert 'vsr_runtime_pass_requests_bucket{le="4.0"} 2.0' in client.get("/metrics").text
+
+
+def test_no_request_waits_behind_more_than_one_budget_of_others(checkpoint: Path) -> None:
+    """Rounds take waiting requests in arrival order, each as many as fit the token budget: no
+    request is overtaken, and a round leaves one waiting only when those before it fill the budget."""
+    held = HeldEngine(Engine.load(checkpoint))
+    words = " ".join(STATES).split()
+    requests = [DecisionRequest(" ".join(words[: 3 + 5 * (i % 4)]), QUESTIONS[: 1 + i % 3]) for i in range(12)]
+    size = {id(r): estimate_tokens(r) for r in requests}
+    budget = 3 * max(size.values())  # a few requests a round, fewer when the large ones meet
+    scheduler = Scheduler(held, max_batch_tokens=budget, max_queue=16)
+    try:
+        jobs = [scheduler.submit([requests[0]])]
+        assert held.entered.wait(30)
+        jobs += [scheduler.submit([r]) for r in requests[1:]]
+        held.release.set()
+        for job in jobs:
+            job.result(30)
+    finally:
+        held.release.set()
+        scheduler.close()
+    rounds = held.rounds[1:]  # the first round held requests[0] alone while the rest arrived
+    assert [id(r) for round_ in rounds for r in round_] == [id(r) for r in requests[1:]]  # arrival order
+    answered = 1
+    for round_ in rounds:
+        tokens = sum(size[id(r)] for r in round_)
+        assert tokens <= budget or len(round_) == 1
+        answered += len(round_)
+        if answered < len(requests):  # the next one waited only because it did not fit
+            assert tokens + size[id(requests[answered])] > budget
+    assert len(rounds) > 2

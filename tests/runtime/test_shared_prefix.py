@@ -1,0 +1,40 @@
+"""Question rows reading a shared state: the same attention as over a copy of the state per row."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sr_runtime.mask import question_mask
+from sr_runtime.shared_prefix import SharedPrefix, blocks, shared_prefix_attention
+
+
+class Layer(torch.nn.Module):
+    """What the attention function reads of a transformers attention layer."""
+
+    layer_idx = 0
+    num_key_value_groups = 2  # grouped-query attention: 4 query heads over 2 key heads
+    is_causal = True
+
+
+@pytest.mark.parametrize("mode", ["prefix_bidir", "causal"])
+def test_runs_over_a_shared_state_equal_attention_over_a_copy_per_row(mode: str) -> None:
+    torch.manual_seed(0)
+    heads, kv_heads, d = 4, 2, 8
+    state_lens, groups, question_lens = [40, 3], [0, 0, 0, 1, 1], [5, 2, 4, 5, 1]
+    rows, width = len(groups), max(question_lens)
+    states = [(torch.randn(1, kv_heads, s, d), torch.randn(1, kv_heads, s, d)) for s in state_lens]
+    query = torch.randn(rows, heads, width, d)
+    key, value = torch.randn(rows, kv_heads, width, d), torch.randn(rows, kv_heads, width, d)
+    mask = question_mask(mode, question_lens, width)  # type: ignore[arg-type]
+    prefix = SharedPrefix({0: states}, blocks(groups, state_lens, width, budget=100), mask)
+    assert prefix.blocks == [(0, 2, 0), (2, 3, 0), (3, 4, 1), (4, 5, 1)]  # runs of two rows and of one
+    out, _ = shared_prefix_attention(Layer(), query, key, value, None, shared_prefix=prefix)
+    for b, g in enumerate(groups):
+        q = question_lens[b]
+        k_s, v_s = states[g]
+        keys = torch.cat([k_s[0], key[b, :, :q]], dim=1).repeat_interleave(2, dim=0)  # [heads, S + q, d]
+        values = torch.cat([v_s[0], value[b, :, :q]], dim=1).repeat_interleave(2, dim=0)
+        allowed = torch.cat([torch.ones(q, state_lens[g], dtype=torch.bool), mask[b, 0, :q, :q]], dim=1)
+        expected = torch.nn.functional.scaled_dot_product_attention(query[b, :, :q], keys, values, attn_mask=allowed)
+        assert torch.allclose(out[b, :q].transpose(0, 1), expected, atol=1e-5)
