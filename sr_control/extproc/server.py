@@ -22,12 +22,13 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import grpc
+import uvloop
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
@@ -182,6 +183,12 @@ class Worker:
             await asyncio.sleep(_STATUS_EVERY_S)
 
 
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """A worker's event loop is uvloop's: with the same gRPC work, about 0.25 ms less CPU per
+    request than asyncio's own loop (docs/extproc/flow.md, "What it costs")."""
+    uvloop.run(main)
+
+
 # ---------------------------------------------------------------------------- one process
 
 
@@ -215,7 +222,7 @@ def serve(settings: SidecarSettings, *, stop: threading.Event | None = None, on_
     if on_ready is not None:
         threading.Thread(target=lambda: (worker.started.wait(), on_ready(worker.port, http.port)), daemon=True).start()
     try:
-        asyncio.run(worker.run())
+        run_loop(worker.run())
     finally:
         http.stop()
     return 0
@@ -251,7 +258,7 @@ def _worker_main(settings: SidecarSettings, status_file: str) -> None:
         Path(tmp).write_text(json.dumps(status | {"at": time.time()}))
         os.replace(tmp, status_file)
 
-    asyncio.run(worker.run(on_status=write))
+    run_loop(worker.run(on_status=write))
     Path(status_file).unlink(missing_ok=True)
 
 
