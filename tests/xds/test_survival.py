@@ -6,6 +6,7 @@ Liveness (``/livez``) fails only when the file watch itself has stopped.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,15 @@ def plane(tmp_path: Path) -> Iterator[tuple[ControlPlane, Path]]:
     cp.stop()
 
 
+def replace(path: Path, text: str) -> None:
+    """An edit as editors make it: a new file renamed over the old. Written in place, the watch
+    could catch the file half-written under load and serve that (a valid config of no listeners
+    was once served between the two edits here)."""
+    new = path.with_suffix(".new")
+    new.write_text(text)
+    os.replace(new, path)
+
+
 def status(cp: ControlPlane) -> dict[str, Any]:
     return json.loads(get(cp.status_port, "/status")[1])  # type: ignore[no-any-return]
 
@@ -45,7 +55,7 @@ def test_an_unexpected_error_is_reported_and_the_next_edit_is_still_served(
         return real_listener(offer, **kwargs)
 
     monkeypatch.setattr(incremental, "listener_dict", listener)
-    path.write_text(config_text({"public": 8801, "boom": 8802}))
+    replace(path, config_text({"public": 8801, "boom": 8802}))
     error = wait_for(lambda: status(cp)["last_error"], what="the error to show in /status")
     assert error["result"] == "error"
     assert "KeyError" in error["problems"][0]["message"] and "listener/boom" in error["problems"][0]["message"]
@@ -56,7 +66,7 @@ def test_an_unexpected_error_is_reported_and_the_next_edit_is_still_served(
     assert get(cp.status_port, "/healthz")[0] == 200
     assert get(cp.status_port, "/livez") == (200, "alive\n")
 
-    path.write_text(config_text({"public": 8801, "internal": 8803}))
+    replace(path, config_text({"public": 8801, "internal": 8803}))
     wait_for(lambda: status(cp)["resources"].get("listeners") == 2, what="the next edit to be served")
     assert status(cp)["generation"] == 2
 
