@@ -28,6 +28,7 @@ def serve(
     status_port: Annotated[int, typer.Option(help="HTTP port for /status, /metrics, /healthz (ready) and /livez (alive).")] = 18001,
     sidecar: Annotated[Address, typer.Option("--sidecar", parser=address, metavar="HOST:PORT", help="The ext_proc sidecar Envoy calls (HOST:PORT or unix:PATH).")] = "127.0.0.1:18080",  # type: ignore[assignment]
     poll_interval: Annotated[float, typer.Option(help="Seconds between checks of the config file.", min=0.005, max=10.0)] = 0.025,
+    settle: Annotated[float, typer.Option(help="Seconds a config written in place must hold still before it is read; a file renamed over it is read at once.", min=0.0, max=60.0)] = 0.25,
     max_streams: Annotated[int, typer.Option(help="ADS streams open at once (each Envoy and each sidecar holds one); more are refused.", min=1)] = MAX_STREAMS,
     kubeconfig: Annotated[
         Path | None,
@@ -59,6 +60,7 @@ def serve(
         port=port,
         status_port=status_port,
         poll_interval=poll_interval,
+        settle=settle,
         max_streams=max_streams,
         discovery=discovery,
     )

@@ -37,6 +37,7 @@ class ControlPlane:
         port: int = 18000,
         status_port: int = 18001,
         poll_interval: float = 0.025,
+        settle: float = 0.25,
         max_streams: int = MAX_STREAMS,
         discovery: Discovery | None = None,
     ) -> None:
@@ -49,7 +50,7 @@ class ControlPlane:
         self._host = host
         self._port = port
         self._status_port = status_port
-        self._watch = FileWatch(config, self.reloader.reload, poll_interval)
+        self._watch = FileWatch(config, self.reloader.reload, poll_interval, settle)
         self._grpc: Any = None
         self._http: StatusServer | None = None
 

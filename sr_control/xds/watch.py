@@ -2,9 +2,17 @@
 
 Editors write a new file and rename it over the old one; Kubernetes updates a mounted ConfigMap
 by swapping the ``..data`` symlink to a new directory. Both change what the path resolves to,
-so the fingerprint is (resolved path, device, inode, mtime, size), taken through symlinks. A
-change is acted on once the fingerprint has held still for one poll, so a file caught
-half-written is not read.
+so the fingerprint is (resolved path, device, inode, mtime, size), taken through symlinks.
+
+When to read a change depends on how it was made:
+
+- **Replaced** (the path now names another file: a rename, a symlink swap): the new file was
+  complete before it appeared, so it is read at the next poll.
+- **Written in place** (same file, new size or mtime), or created where nothing was: the writer
+  may not be done, and a half-written YAML can still parse (a list cut after its third listener
+  would drop the rest from Envoy). It is read only once it has held still for ``settle`` seconds
+  (0.25 s by default). A writer that pauses longer than that mid-file can still be read half
+  done; writing a temporary file and renaming it is the safe way, and the fast one.
 
 The loop outlives its callback: an error in a reload is logged with its traceback and the next
 change is still acted on. Only a BaseException that is not an Exception (SystemExit) ends it;
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -34,10 +43,11 @@ def fingerprint(path: Path) -> Fingerprint:
 
 
 class FileWatch:
-    def __init__(self, path: Path, on_change: Callable[[], object], interval: float = 0.025) -> None:
+    def __init__(self, path: Path, on_change: Callable[[], object], interval: float = 0.025, settle: float = 0.25) -> None:
         self.path = path
         self.on_change = on_change
         self.interval = interval
+        self.settle = max(settle, interval)
         self._stop = threading.Event()
         self._seen: Fingerprint = None
         self._thread = threading.Thread(target=self._run, name="config-watch", daemon=True)
@@ -65,14 +75,24 @@ class FileWatch:
 
     def _loop(self) -> None:
         seen = self._seen
-        settling = False
+        written_at: float | None = None  # when an in-place write not yet read was last seen changing
         while not self._stop.wait(self.interval):
             try:
                 now = fingerprint(self.path)
                 if now != seen:
-                    seen, settling = now, True
-                elif settling:
-                    settling = False
+                    was, seen = seen, now
+                    if replaced(was, now):
+                        written_at = None
+                        self.on_change()
+                    else:
+                        written_at = time.monotonic()
+                elif written_at is not None and time.monotonic() - written_at >= self.settle:
+                    written_at = None
                     self.on_change()
             except Exception:  # noqa: BLE001 - one bad reload must not end every later one
                 _log.error("config watch error", file=str(self.path), exception=traceback.format_exc())
+
+
+def replaced(was: Fingerprint, now: Fingerprint) -> bool:
+    """Whether the path now names another, whole file (a rename or a symlink swap), not one being written."""
+    return was is not None and now is not None and was[:3] != now[:3]

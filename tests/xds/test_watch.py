@@ -65,3 +65,40 @@ def test_a_configmap_symlink_swap_is_noticed(tmp_path: Path) -> None:
         wait_for(lambda: counter.n == 1)
     finally:
         watch.stop()
+
+
+def test_a_file_written_in_place_is_read_only_once_whole(tmp_path: Path) -> None:
+    # A writer that stops mid-file for longer than a poll: the half it wrote parses as YAML, and
+    # serving it would take listeners off Envoy. The watch reads once, after the file held still.
+    path = tmp_path / "config.yaml"
+    path.write_text("version: 2\n")
+    reads: list[str] = []
+    watch = FileWatch(path, lambda: reads.append(path.read_text()), interval=0.005, settle=0.2)
+    watch.start()
+    try:
+        with path.open("w") as f:
+            f.write("version: 2\nlisteners:\n- name: a\n")
+            f.flush()
+            threading.Event().wait(0.05)  # ten polls with the file half written
+            f.write("- name: b\n")
+        wait_for(lambda: len(reads) == 1)
+        threading.Event().wait(0.3)
+        assert reads == ["version: 2\nlisteners:\n- name: a\n- name: b\n"]
+    finally:
+        watch.stop()
+
+
+def test_a_renamed_over_file_is_read_without_waiting_to_settle(tmp_path: Path) -> None:
+    # A file renamed into place was whole before it appeared: no settling, whatever --settle says.
+    path = tmp_path / "config.yaml"
+    path.write_text("version: 2\n")
+    counter = Counter()
+    watch = FileWatch(path, counter, interval=0.005, settle=30.0)
+    watch.start()
+    try:
+        new = tmp_path / ".config.yaml.tmp"
+        new.write_text("version: 2\nlisteners: []\n")
+        os.replace(new, path)
+        wait_for(lambda: counter.n == 1, timeout=5.0)
+    finally:
+        watch.stop()
