@@ -1,20 +1,21 @@
 """Question rows that read their state's keys and values once, not from per-row copies.
 
 A question pass holds rows of one or more states, the rows of a state side by side. In a
-full-attention layer the questions of a run of rows of one state are read as one sequence of
-queries over one sequence of keys, the state's then each question's:
+full-attention layer each question token's softmax runs over exactly the keys a per-row copy of
+the state would hold: all of the state's K_s, and its own question's K_q under the question
+block's mask M. The two parts are attended separately and merged by their log-sum-exps (as
+split-K attention kernels do):
 
-    keys    [K_s ; K_q1 ; K_q2 ; ... ]          (K_s: [1, kv_heads, S, d], computed once)
-    mask    question i reads all of K_s, and K_qi under the question block's mask M_i
+    o_s, l_s = attend(Q, K_s, V_s)          one call for a run of rows of one state: its r * Qw
+                                            queries against the state's S keys, K_s held once
+    o_q, l_q = attend(Q, K_q, V_q, M)       one call for every row of the pass, each its own block
+    out      = o_s * exp(l_s - l) + o_q * exp(l_q - l),   l = logaddexp(l_s, l_q)
 
-        K_s   K_q1  K_q2
-    q1 [ 1..1  M_1   0   ]
-    q2 [ 1..1   0   M_2  ]
-
-Each question's softmax thus runs over exactly [K_s; K_qi], the keys a per-row copy of the
-state would hold, while the state is held once per run instead of once per row (nor padded to
-the longest state of the pass). A run holds at most budget // (S + Qw) rows, so a pass's
-scores take no more memory than a pass of per-row copies would (see `blocks`).
+which equals softmax([Q K_s^T | Q K_q^T + log M]) [V_s ; V_q] row by row. Nothing is scored
+that is then masked away across questions, and nothing of the state is copied or padded. On
+CPU `attend` is PyTorch's fused flash kernel, which returns the log-sum-exp and never holds the
+scores; elsewhere scores are computed plainly. A run holds at most budget // (S + Qw) rows, so
+a pass's scores take no more memory than a pass of per-row copies would (see `blocks`).
 """
 
 from __future__ import annotations
@@ -40,21 +41,39 @@ class SharedPrefix:
 
 
 def blocks(groups: Sequence[int], state_lens: Sequence[int], question_width: int, budget: int) -> list[tuple[int, int, int]]:
-    """Runs of rows of one state (`groups[b]` is row b's state), as (first row, end row, state).
-
-    A run of r rows holds at most budget // (S + Qw) of them (memory), and each of its queries
-    also scores the other questions' keys, masked: (r - 1) Qw wasted columns, kept under a
-    quarter of the state's S.
-    """
+    """Runs of rows of one state (`groups[b]` is row b's state), as (first row, end row, state):
+    a run holds at most budget // (S + Qw) rows, the memory its scores take."""
     out: list[tuple[int, int, int]] = []
     start = 0
     for b in range(1, len(groups) + 1):
         s = state_lens[groups[start]]
-        most = max(1, min(budget // (s + question_width), 1 + s // (4 * question_width)))
+        most = max(1, budget // (s + question_width))
         if b == len(groups) or groups[b] != groups[start] or b - start >= most:
             out.append((start, b, groups[start]))
             start = b
     return out
+
+
+# A masked-out score: finite, so that a padding query reading no question key gets weight 0 on
+# that part instead of a NaN (it still reads the state).
+MASKED = -1e30
+
+
+def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(softmax(Q K^T * scale + mask) V, log-sum-exp of each query's scores): [N, H, L, d], [N, H, L]."""
+    if query.device.type == "cpu":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, False, attn_mask=mask, scale=scale)
+        return out, lse
+    return plain_attend(query, key, value, mask, scale)
+
+
+def plain_attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """`attend` on any device, the scores held whole."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores + mask
+    lse = torch.logsumexp(scores, dim=-1)
+    return torch.matmul(torch.exp(scores - lse[..., None]), value), lse
 
 
 def shared_prefix_attention(
@@ -64,27 +83,36 @@ def shared_prefix_attention(
     value: torch.Tensor,  # [B, kv_heads, Qw, d]
     attention_mask: torch.Tensor | None,
     shared_prefix: SharedPrefix | None = None,
+    scaling: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """SDPA, over each run's state and questions when the pass reads a shared prefix; returns
-    [B, Qw, H, d] as transformers' SDPA does."""
+    """Attention over each row's state and its own question when the pass reads a shared prefix,
+    else SDPA; returns [B, Qw, H, d] as transformers' SDPA does."""
     if shared_prefix is None:  # a state prefill or a whole prompt: plain attention
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
     rows, heads, width, d = query.shape
     kv_heads = key.shape[1]
+    group = heads // kv_heads  # query heads reading one key/value head
+    scale = d**-0.5 if scaling is None else scaling
+    # Queries as [kv_heads, G, B, Qw, d]: a run's queries of one key/value head are one sequence.
+    q = query.view(rows, kv_heads, group, width, d).permute(1, 2, 0, 3, 4)
+    # Each row's own question, all rows at once: the G heads of a key/value head as one sequence.
+    question_mask = torch.zeros(rows, 1, group * width, width, dtype=query.dtype, device=query.device)
+    question_mask.masked_fill_(~shared_prefix.mask.repeat(1, 1, group, 1), MASKED)
+    o_q, l_q = attend(q.permute(2, 0, 1, 3, 4).reshape(rows, kv_heads, group * width, d), key, value, question_mask, scale)
+    o_q, l_q = o_q.view(rows, kv_heads, group, width, d).permute(1, 2, 0, 3, 4), l_q.view(rows, kv_heads, group, width).permute(1, 2, 0, 3)
+    o_s = query.new_empty(kv_heads, group, rows, width, d)
+    l_s = query.new_empty(kv_heads, group, rows, width)
     kv = shared_prefix.kv[module.layer_idx]  # type: ignore[index]
-    out = query.new_empty(rows, width, heads, d)
     for start, end, g in shared_prefix.blocks:
         k_s, v_s = kv[g]  # [1, kv_heads, S, d]
         r = end - start
-        q = query[start:end].transpose(0, 1).reshape(1, heads, r * width, d)  # the run's questions, one sequence
-        k = torch.cat([k_s, key[start:end].transpose(0, 1).reshape(1, kv_heads, r * width, d)], dim=2)
-        v = torch.cat([v_s, value[start:end].transpose(0, 1).reshape(1, kv_heads, r * width, d)], dim=2)
-        reads_state = torch.ones(r * width, k_s.shape[2], dtype=torch.bool, device=query.device)
-        mask = torch.cat([reads_state, torch.block_diag(*shared_prefix.mask[start:end, 0])], dim=1)
-        o, _ = sdpa_attention_forward(module, q, k, v, mask[None, None], **kwargs)  # [1, r * Qw, H, d]
-        out[start:end] = o.view(r, width, heads, d)
-    return out, None
+        o, lse = attend(q[:, :, start:end].reshape(1, kv_heads, group * r * width, d), k_s, v_s, None, scale)
+        o_s[:, :, start:end] = o.view(kv_heads, group, r, width, d)
+        l_s[:, :, start:end] = lse.view(kv_heads, group, r, width)
+    total = torch.logaddexp(l_s, l_q)
+    out = o_s * torch.exp(l_s - total)[..., None] + o_q * torch.exp(l_q - total)[..., None]
+    return out.permute(2, 3, 0, 1, 4).reshape(rows, width, heads, d), None
 
 
 AttentionInterface.register(ATTENTION, shared_prefix_attention)

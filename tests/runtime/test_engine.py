@@ -285,7 +285,7 @@ def test_runs_of_rows_hold_one_state_and_stay_within_their_bounds() -> None:
 
     groups, lens = [0, 0, 0, 0, 0, 1, 1, 0], [600, 20]
     runs = blocks(groups, lens, question_width=40, budget=16_384)
-    assert [(a, b, g) for a, b, g in runs] == [(0, 4, 0), (4, 5, 0), (5, 6, 1), (6, 7, 1), (7, 8, 0)]
-    # 600 // (4 * 40) + 1 = 4 rows a run (wasted columns under a quarter of the state); a state of
-    # 20 tokens goes a row at a time; a tight budget caps runs too.
+    # A run is a state's rows side by side, as many as the budget holds: 16384 // (600 + 40) = 25.
+    assert [(a, b, g) for a, b, g in runs] == [(0, 5, 0), (5, 7, 1), (7, 8, 0)]
+    # A tight budget caps runs: 1300 // 640 = 2 rows.
     assert all(b - a <= 2 for a, b, _ in blocks(groups, lens, question_width=40, budget=1300))
