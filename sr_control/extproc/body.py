@@ -20,6 +20,7 @@ from dataclasses import replace
 from sr_control.systemone import Batch, DetailItem, InvalidRequest, Request, ValidationFailed
 from sr_control.systemone.ir import Asset, frozen_map
 from sr_control.systemone.jsontext import JsonObject
+from sr_control.systemone.media import part_problems
 
 REQUEST_PART = "request"
 _FORMATS = {b"\x89PNG\r\n\x1a\n": "png", b"\xff\xd8\xff": "jpeg", b"GIF8": "gif", b"RIFF": "webp"}
@@ -52,19 +53,15 @@ def read(body: bytes, content_type: str) -> tuple[bytes, Mapping[str, tuple[str,
 def inline_parts(ir: Request | Batch, parts: Mapping[str, tuple[str, bytes]]) -> Request | Batch:
     """``ir`` with every asset that names a part carrying that part inline; each part must be
     claimed by exactly one asset (else 422 locating it)."""
-    problems: list[DetailItem] = []
-    claimed: dict[str, int] = {}
+    problems = part_problems(ir, parts)
+    if problems:
+        raise ValidationFailed(problems)
 
-    def inlined(request: Request, at: tuple[str, ...]) -> Request:
+    def inlined(request: Request) -> Request:
         assets = {}
         for placeholder, asset in request.assets.items():
             part = asset.members.get("part")
             if part is None:
-                assets[placeholder] = asset
-                continue
-            claimed[part] = claimed.get(part, 0) + 1
-            if part not in parts:
-                problems.append(DetailItem((*at, "assets", placeholder, "part"), f"no multipart part is named {part!r}", "value_error"))
                 assets[placeholder] = asset
                 continue
             ctype, data = parts[part]
@@ -76,17 +73,8 @@ def inline_parts(ir: Request | Batch, parts: Mapping[str, tuple[str, bytes]]) ->
         return replace(request, assets=frozen_map(assets))
 
     if isinstance(ir, Batch):
-        out: Request | Batch = replace(ir, items=frozen_map((n, inlined(r, ("body", "requests", n))) for n, r in ir.items.items()))
-    else:
-        out = inlined(ir, ("body",))
-    for part in parts:
-        count = claimed.get(part, 0)
-        if count != 1:
-            why = "no asset claims it" if count == 0 else f"{count} assets claim it"
-            problems.append(DetailItem(("body", part), f"the multipart part {part!r}: {why} (exactly one must)", "value_error"))
-    if problems:
-        raise ValidationFailed(problems)
-    return out
+        return replace(ir, items=frozen_map((n, inlined(r)) for n, r in ir.items.items()))
+    return inlined(ir)
 
 
 __all__ = ["REQUEST_PART", "inline_parts", "read"]

@@ -5,14 +5,14 @@ placeholders, then exactly one other element: read as that element, the media be
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from sr_control.systemone.errors import loc_text
+from sr_control.systemone.errors import DetailItem, loc_text
 from sr_control.systemone.found import Found, Loc, check_members
 from sr_control.systemone.generated import fields as F
-from sr_control.systemone.ir import Asset, Question
+from sr_control.systemone.ir import Asset, Batch, Question, Request, items
 from sr_control.systemone.jsontext import strings
 from sr_control.systemone.rules import Reading
 
@@ -113,3 +113,26 @@ def inline_media(state: Any, states: Any, questions: Mapping[str, Question], ass
         texts += strings(q.instructions)
         texts += strings(q.criteria)
     return tuple(p for p in assets if not any(p in t for t in texts))
+
+
+def part_problems(ir: Request | Batch, parts: Collection[str]) -> list[DetailItem]:
+    """A multipart body's parts against its assets: each asset's ``part`` names an uploaded
+    part, and each uploaded part is claimed by exactly one asset (seed 002). One 422 detail
+    item per problem, located; the runtime and the sidecar refuse the same bodies alike."""
+    problems: list[DetailItem] = []
+    claimed: dict[str, int] = {}
+    for name, request in items(ir):
+        at = ("body", "requests", name) if isinstance(ir, Batch) else ("body",)
+        for placeholder, asset in request.assets.items():
+            part = asset.members.get("part")
+            if part is None:
+                continue
+            claimed[part] = claimed.get(part, 0) + 1
+            if part not in parts:
+                problems.append(DetailItem((*at, "assets", placeholder, "part"), f"no multipart part is named {part!r}", "value_error"))
+    for part in parts:
+        count = claimed.get(part, 0)
+        if count != 1:
+            why = "no asset claims it" if count == 0 else f"{count} assets claim it"
+            problems.append(DetailItem(("body", part), f"the multipart part {part!r}: {why} (exactly one must)", "value_error"))
+    return problems

@@ -19,7 +19,7 @@ from starlette.requests import Request as HttpRequest
 
 from sr_control.systemone import Batch, DetailItem, InvalidRequest, Request, RequestTooLarge, ValidationFailed
 from sr_control.systemone.errors import MAX_BODY_BYTES
-from sr_control.systemone.ir import items
+from sr_control.systemone.media import part_problems
 from sr_runtime.server.errors import UnsupportedEncoding
 
 REQUEST_PART = "request"
@@ -92,21 +92,6 @@ async def _multipart(data: bytes, headers: Headers) -> Body:
 
 def check_parts(ir: Request | Batch, body: Body) -> None:
     """Each asset's ``part`` names an uploaded part, and each uploaded part is claimed exactly once."""
-    problems: list[DetailItem] = []
-    claimed: dict[str, int] = {}
-    for name, request in items(ir):
-        at = ("body", "requests", name) if isinstance(ir, Batch) else ("body",)
-        for placeholder, asset in request.assets.items():
-            part = asset.members.get("part")
-            if part is None:
-                continue
-            claimed[part] = claimed.get(part, 0) + 1
-            if part not in body.parts:
-                problems.append(DetailItem((*at, "assets", placeholder, "part"), f"no multipart part is named {part!r}", "value_error"))
-    for part in body.parts:
-        count = claimed.get(part, 0)
-        if count != 1:
-            why = "no asset claims it" if count == 0 else f"{count} assets claim it"
-            problems.append(DetailItem(("body", part), f"the multipart part {part!r}: {why} (exactly one must)", "value_error"))
+    problems = part_problems(ir, body.parts)
     if problems:
         raise ValidationFailed(problems)
