@@ -116,6 +116,10 @@ def serve(
     max_batch_tokens: Annotated[int, typer.Option(help="Token budget of one engine pass; concurrent requests share passes up to it.")] = 16384,
     state_cache_mb: Annotated[int, typer.Option(help="Memory for states reused across requests (0: none).")] = 512,
     max_queue: Annotated[int, typer.Option(help="Requests that may wait for the model; beyond it, 529 with Retry-After.")] = 256,
+    threads: Annotated[
+        Optional[int],
+        typer.Option(help="Math threads on CPU (default: OMP_NUM_THREADS when set, else the cores less one, at least 1: the server's event loop keeps a core).", show_default=False),
+    ] = None,
 ) -> None:
     """Serve MODEL over the System One API until interrupted.
 
@@ -132,7 +136,7 @@ def serve(
     log.configure()
     try:
         settings = ServerSettings(
-            model, device, host, port, systemone_schema, max_model_len, api_key(api_key_env), max_batch_tokens, state_cache_mb, max_queue
+            model, device, host, port, systemone_schema, max_model_len, api_key(api_key_env), max_batch_tokens, state_cache_mb, max_queue, threads
         )
     except SettingsError as exc:
         raise _fail(str(exc), EXIT_UNUSABLE) from None

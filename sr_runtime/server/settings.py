@@ -28,6 +28,7 @@ class ServerSettings:
     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
     state_cache_mb: int = DEFAULT_STATE_CACHE_MB
     max_queue: int = DEFAULT_MAX_QUEUE
+    threads: int | None = None  # math threads on CPU; None: math_threads() decides
 
     def __post_init__(self) -> None:
         if self.schema not in SCHEMAS:
@@ -38,6 +39,7 @@ class ServerSettings:
             ("--max-batch-tokens", self.max_batch_tokens, 1),
             ("--state-cache-mb", self.state_cache_mb, 0),
             ("--max-queue", self.max_queue, 1),
+            ("--threads", 1 if self.threads is None else self.threads, 1),
         ):
             if value < least:
                 raise SettingsError(f"{flag} must be at least {least}, not {value}")

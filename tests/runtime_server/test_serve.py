@@ -42,7 +42,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 def test_help_lists_every_flag_of_the_issue() -> None:
     result = CliRunner().invoke(app, ["serve", "--help"])
     assert result.exit_code == 0
-    for flag in ("--device", "--host", "--port", "--systemone-schema", "--max-model-len", "--api-key-env", "--max-batch-tokens", "--state-cache-mb", "--max-queue"):
+    for flag in ("--device", "--host", "--port", "--systemone-schema", "--max-model-len", "--api-key-env", "--max-batch-tokens", "--state-cache-mb", "--max-queue", "--threads"):
         assert flag in result.output
     assert result.output.index("Serve MODEL over the System One API") < result.output.index("--device")
 
@@ -63,6 +63,7 @@ def test_the_seeds_model_name_fails_at_start_with_one_line() -> None:
         (["--api-key-env", "VLLM_SR_TEST_NO_SUCH_VAR"], "--api-key-env VLLM_SR_TEST_NO_SUCH_VAR: the variable is not set or empty"),
         (["--device", "gpu0"], "unknown device 'gpu0' (cpu, cuda, cuda:N)"),
         (["--max-queue", "0"], "--max-queue must be at least 1, not 0"),
+        (["--threads", "0"], "--threads must be at least 1, not 0"),
         pytest.param(["--max-model-len", "99999999"], "--max-model-len 99999999 is above the checkpoint's max_length 32768", marks=pytest.mark.slow),
     ],
 )
@@ -199,3 +200,18 @@ def test_the_listening_socket_turns_nagle_off_for_every_connection() -> None:
             server.close()
 
     assert asyncio.run(accepted_nodelay()) != 0
+
+
+def test_math_threads_leave_the_event_loop_a_core_unless_told_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sr_runtime.server import ServerSettings
+    from sr_runtime.server.process import math_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert math_threads(ServerSettings("default")) == 3
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    assert math_threads(ServerSettings("default")) == 1
+    assert math_threads(ServerSettings("default", threads=2)) == 2  # --threads wins
+    assert math_threads(ServerSettings("default", device="cuda")) is None  # torch's own choice
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    assert math_threads(ServerSettings("default")) is None  # the operator's OMP_NUM_THREADS
