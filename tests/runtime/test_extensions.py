@@ -4,15 +4,13 @@ overflow, and the fields no model here honours (refused naming the field)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from sr_control.systemone import REGISTRY, ProtocolError
 from sr_runtime.engine import Engine
-from sr_runtime.request import answer, read
 from tests.media.files import asset, image, video
+from tests.runtime.exchange import refusal, respond
 
 from .conftest import SEED_002_STATE
 
@@ -21,16 +19,8 @@ TEAM = {"type": "choice", "instructions": "Which team?", "criteria": {"billing":
 SCORE = {"type": "score", "criteria": ["calm", "annoyed", "furious"]}
 
 
-def respond(engine: Engine, doc: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(answer(engine, read(json.dumps(doc).encode())))  # type: ignore[no-any-return]
 
 
-def refusal(engine: Engine, doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    req = read(json.dumps(doc).encode())
-    with pytest.raises(ProtocolError) as caught:
-        answer(engine, req)
-    sent = REGISTRY.listener("vllm-sr/5.0").answer_error(caught.value, req)
-    return sent.status, json.loads(sent.body)
 
 
 def test_require_full_input_holds_for_text_and_images_and_fails_for_a_sampled_video(engines: dict[str, Engine]) -> None:

@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
-from sr_control.systemone import REGISTRY, ProtocolError
 from sr_runtime.engine import Engine
-from sr_runtime.request import answer, read
 from tests.media.files import asset, image, video
+from tests.runtime.exchange import refusal, respond
 
 TOLERANCE = 1e-4
 STATE = "Call Jane Doe at 555-0100 or write to jane@example.com about the refund."
@@ -22,16 +21,8 @@ IMAGE = {"⟦img-1⟧": asset(image(1))}
 VIDEO = {"⟦vid-1⟧": asset(video(2), "video", "mp4")}
 
 
-def respond(engine: Engine, doc: dict[str, Any], schema: str = "vllm-sr/5.0", path: str = "/v1/systemone") -> dict[str, Any]:
-    return json.loads(answer(engine, REGISTRY.listener(schema).read(path, json.dumps(doc).encode())))  # type: ignore[no-any-return]
 
 
-def refusal(engine: Engine, doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    req = read(json.dumps(doc).encode())
-    with pytest.raises(ProtocolError) as caught:
-        answer(engine, req)
-    sent = REGISTRY.listener("vllm-sr/5.0").answer_error(caught.value, req)
-    return sent.status, json.loads(sent.body)
 
 
 CARDS = {

@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from sr_control.systemone import REGISTRY, ProtocolError
 from sr_runtime.engine import Engine
-from sr_runtime.request import answer, read
 from tests.media.files import asset, image, video
+from tests.runtime.exchange import refusal, respond
 
 from .conftest import SEED_002_STATE
 
@@ -44,17 +43,8 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
-def respond(engine: Engine, doc: dict[str, Any], schema: str = "vllm-sr/5.0") -> dict[str, Any]:
-    return json.loads(answer(engine, read(json.dumps(doc).encode(), schema)))  # type: ignore[no-any-return]
 
 
-def refusal(engine: Engine, doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """The status and body a client gets for a request the model refuses."""
-    req = read(json.dumps(doc).encode())
-    with pytest.raises(ProtocolError) as caught:
-        answer(engine, req)
-    sent = REGISTRY.listener("vllm-sr/5.0").answer_error(caught.value, req)
-    return sent.status, json.loads(sent.body)
 
 
 def probabilities(response: dict[str, Any]) -> list[float]:
