@@ -21,23 +21,12 @@ from sr_control.extproc.settings import SidecarSettings
 from tests.e2e.envoy_proc import free_port, wait_for
 from tests.e2e.http_client import request
 from tests.extproc.harness import World
+from tests.strategies import json_values, near
 
 pytestmark = pytest.mark.envoy
 
 VALID = {"state": "The export fails.", "questions": {"q": {"type": "noul", "instructions": "Is it broken?"}}}
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    max_leaves=12,
-)
-# A valid request with one member replaced, added or removed at random: close to right, so the
-# reading goes deep before it finds the problem.
-mutated = st.builds(
-    lambda key, value, drop: {**{k: v for k, v in VALID.items() if k != drop}, key: value},
-    st.sampled_from(["state", "questions", "model", "roles", "assets", "options", "requests", "x"]),
-    json_values,
-    st.sampled_from(["", "state", "questions"]),
-)
+mutated = near(VALID)
 bodies = st.one_of(
     st.binary(max_size=300),
     json_values.map(lambda v: json.dumps(v).encode()),

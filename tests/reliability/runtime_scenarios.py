@@ -35,6 +35,7 @@ from sr_control.systemone.errors import MAX_BODY_BYTES
 from tests.e2e.envoy_proc import wait_for
 from tests.extproc.harness import VLLM_SRUN, Runtime, get_status
 from tests.reliability.parts import NOUL, STATE, Figures, peak_rss
+from tests.strategies import json_values, near
 
 DOCUMENTED_5XX = frozenset({503, 504, 529})
 VALID = {"state": STATE, "questions": {"urgent": NOUL}}
@@ -216,17 +217,7 @@ def fixed_cases(port: int) -> Iterator[Reply]:
 
 CUT_SHORT = "cut short"  # no answer is owed to a request that never arrived whole
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    max_leaves=12,
-)
-mutated = st.builds(
-    lambda key, value, drop: {**{k: v for k, v in VALID.items() if k != drop}, key: value},
-    st.sampled_from(["state", "questions", "model", "roles", "assets", "options", "requests", "x"]),
-    json_values,
-    st.sampled_from(["", "state", "questions"]),
-)
+mutated = near(VALID)
 json_bodies = st.one_of(json_values.map(lambda v: json.dumps(v).encode()), mutated.map(lambda v: json.dumps(v).encode()), st.just(VALID_BYTES))
 bodies = st.one_of(
     st.binary(max_size=300),
