@@ -200,10 +200,14 @@ class Backbone:
         question_lens = [len(q) for q in questions]
         qw = max(question_lens)
         positions = (torch.tensor([s.length for s in states])[:, None] + torch.arange(qw)).to(self.device)  # S_b, S_b + 1, ...
+        last = torch.tensor(question_lens, device=self.device) - 1
         prefix = SharedPrefix(
             kv={i: [s.layers[i].tensors for s in distinct] for i, kind in enumerate(self.kinds) if kind == "full_attention"},  # type: ignore[misc]
             blocks=blocks(groups, [s.length for s in distinct], qw, budget),
             mask=question_mask(mode, question_lens, qw).to(self.device),
+            # Only the last token of each row is read out: the last layer attends for it alone.
+            read_layer=len(self.kinds) - 1 if self.kinds[-1] == "full_attention" else -1,
+            last=last,
         )
         out = self.model.base_model(
             **self._inputs(questions, qw, media),
@@ -215,7 +219,6 @@ class Backbone:
             use_cache=True,
             shared_prefix=prefix,
         ).last_hidden_state
-        last = torch.tensor(question_lens, device=self.device) - 1
         return out[torch.arange(len(questions), device=self.device), last]
 
     @torch.inference_mode()

@@ -38,6 +38,10 @@ class SharedPrefix:
     kv: dict[int, Sequence[tuple[torch.Tensor, torch.Tensor]]]  # layer -> each state's K, V [1, kv_heads, S, d]
     blocks: Sequence[tuple[int, int, int]]  # (first row, end row, state): rows of one state, a block at a time
     mask: torch.Tensor  # [B, 1, Qw, Qw] bool: which question tokens each question token reads
+    # After this layer only each row's `last` token is read (the readout's): its queries alone
+    # attend there. -1: every layer attends for every token.
+    read_layer: int = -1
+    last: torch.Tensor | None = None  # [B]: each row's last real token
 
 
 def blocks(groups: Sequence[int], state_lens: Sequence[int], question_width: int, budget: int) -> list[tuple[int, int, int]]:
@@ -90,21 +94,44 @@ def shared_prefix_attention(
     else SDPA; returns [B, Qw, H, d] as transformers' SDPA does."""
     if shared_prefix is None:  # a state prefill or a whole prompt: plain attention
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
-    rows, heads, width, d = query.shape
-    kv_heads = key.shape[1]
-    group = heads // kv_heads  # query heads reading one key/value head
+    d = query.shape[-1]
     scale = d**-0.5 if scaling is None else scaling
-    # Queries as [kv_heads, G, B, Qw, d]: a run's queries of one key/value head are one sequence.
+    kv = shared_prefix.kv[module.layer_idx]  # type: ignore[index]
+    if module.layer_idx != shared_prefix.read_layer or shared_prefix.last is None:
+        return _attend_rows(query, key, value, shared_prefix.mask, kv, shared_prefix.blocks, scale), None
+    # The last layer: what it computes for any other token is never read, so only each row's
+    # last token attends (the other outputs stay zero; the layer's MLP still sees them).
+    rows = torch.arange(query.shape[0], device=query.device)
+    last = shared_prefix.last
+    read = _attend_rows(query[rows, :, last].unsqueeze(2), key, value, shared_prefix.mask[rows, :, last].unsqueeze(2), kv, shared_prefix.blocks, scale)
+    out = query.new_zeros(query.shape[0], query.shape[2], query.shape[1], d)
+    out[rows, last] = read[:, 0]
+    return out, None
+
+
+def _attend_rows(
+    query: torch.Tensor,  # [B, H, L, d]: L query tokens of each row
+    key: torch.Tensor,  # [B, kv_heads, Qw, d]: the rows' own question tokens
+    value: torch.Tensor,
+    mask: torch.Tensor,  # [B, 1, L, Qw] bool: which question tokens each query reads
+    kv: Sequence[tuple[torch.Tensor, torch.Tensor]],  # each state's K, V [1, kv_heads, S, d]
+    runs: Sequence[tuple[int, int, int]],
+    scale: float,
+) -> torch.Tensor:
+    """[B, L, H, d]: each query over its row's state and its own question, merged by log-sum-exp."""
+    rows, heads, width, d = query.shape
+    kv_heads, keys = key.shape[1], key.shape[2]
+    group = heads // kv_heads  # query heads reading one key/value head
+    # Queries as [kv_heads, G, B, L, d]: a run's queries of one key/value head are one sequence.
     q = query.view(rows, kv_heads, group, width, d).permute(1, 2, 0, 3, 4)
     # Each row's own question, all rows at once: the G heads of a key/value head as one sequence.
-    question_mask = torch.zeros(rows, 1, group * width, width, dtype=query.dtype, device=query.device)
-    question_mask.masked_fill_(~shared_prefix.mask.repeat(1, 1, group, 1), MASKED)
+    question_mask = torch.zeros(rows, 1, group * width, keys, dtype=query.dtype, device=query.device)
+    question_mask.masked_fill_(~mask.repeat(1, 1, group, 1), MASKED)
     o_q, l_q = attend(q.permute(2, 0, 1, 3, 4).reshape(rows, kv_heads, group * width, d), key, value, question_mask, scale)
     o_q, l_q = o_q.view(rows, kv_heads, group, width, d).permute(1, 2, 0, 3, 4), l_q.view(rows, kv_heads, group, width).permute(1, 2, 0, 3)
     o_s = query.new_empty(kv_heads, group, rows, width, d)
     l_s = query.new_empty(kv_heads, group, rows, width)
-    kv = shared_prefix.kv[module.layer_idx]  # type: ignore[index]
-    for start, end, g in shared_prefix.blocks:
+    for start, end, g in runs:
         k_s, v_s = kv[g]  # [1, kv_heads, S, d]
         r = end - start
         o, lse = attend(q[:, :, start:end].reshape(1, kv_heads, group * r * width, d), k_s, v_s, None, scale)
@@ -112,7 +139,7 @@ def shared_prefix_attention(
         l_s[:, :, start:end] = lse.view(kv_heads, group, r, width)
     total = torch.logaddexp(l_s, l_q)
     out = o_s * torch.exp(l_s - total)[..., None] + o_q * torch.exp(l_q - total)[..., None]
-    return out.permute(2, 3, 0, 1, 4).reshape(rows, width, heads, d), None
+    return out.permute(2, 3, 0, 1, 4).reshape(rows, width, heads, d)
 
 
 AttentionInterface.register(ATTENTION, shared_prefix_attention)

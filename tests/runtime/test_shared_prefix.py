@@ -54,3 +54,20 @@ def test_the_fused_cpu_kernel_and_the_plain_scores_agree_with_their_log_sum_exps
         assert torch.allclose(lse, ref_lse, atol=1e-4)
         reads = lse > MASKED / 2  # what a query that reads nothing gets does not matter: its weight is 0
         assert torch.allclose(out[reads], ref_out[reads], atol=1e-5) and not out.isnan().any()
+
+
+@pytest.mark.parametrize("mode", ["prefix_bidir", "causal"])
+def test_the_last_layer_attends_for_each_rows_last_token_alone_and_gets_it_right(mode: str) -> None:
+    torch.manual_seed(2)
+    state_lens, groups, question_lens = [9, 4], [0, 0, 1], [3, 5, 2]
+    width = max(question_lens)
+    states = [(torch.randn(1, 2, s, 8), torch.randn(1, 2, s, 8)) for s in state_lens]
+    query, key, value = torch.randn(3, 4, width, 8), torch.randn(3, 2, width, 8), torch.randn(3, 2, width, 8)
+    mask = question_mask(mode, question_lens, width)  # type: ignore[arg-type]
+    runs = blocks(groups, state_lens, width, budget=100)
+    every, _ = shared_prefix_attention(Layer(), query, key, value, None, shared_prefix=SharedPrefix({0: states}, runs, mask))
+    last = torch.tensor(question_lens) - 1
+    only, _ = shared_prefix_attention(Layer(), query, key, value, None, shared_prefix=SharedPrefix({0: states}, runs, mask, read_layer=0, last=last))
+    rows = torch.arange(3)
+    assert torch.allclose(only[rows, last], every[rows, last], atol=1e-6)
+    assert not only.isnan().any()
