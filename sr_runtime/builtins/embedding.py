@@ -132,7 +132,8 @@ class EmbeddingEngine:
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
-        reader = nli.NliReader.load() if noul_reading() == "nli" else None
+        # As many threads as torch's math: `vllm-srun serve` leaves a core to its event loop.
+        reader = nli.NliReader.load(torch.get_num_threads()) if noul_reading() == "nli" else None
         folder = model_folder()
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         encoder = AutoModel.from_pretrained(folder, local_files_only=True, dtype=torch.float32)

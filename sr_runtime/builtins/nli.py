@@ -118,7 +118,8 @@ class NliReader:
         self.tokenizer = tokenizer
 
     @classmethod
-    def load(cls) -> NliReader:
+    def load(cls, threads: int = 0) -> NliReader:
+        """`threads`: onnxruntime's math threads, 0 for one per core."""
         import onnxruntime
         from tokenizers import Tokenizer
 
@@ -128,6 +129,7 @@ class NliReader:
         # Threads that spin while waiting for work starve everything else on a small machine: on 2
         # shared cores a question took 300-390 ms with spinning and 100 ms without.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.intra_op_num_threads = threads
         session = onnxruntime.InferenceSession(
             str(folder / "policy_nli_int8.onnx"), options, providers=["CPUExecutionProvider"]
         )
