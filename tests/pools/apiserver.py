@@ -162,7 +162,11 @@ class FakeApiServer:
     # -- the watch stream
 
     def _watch(self, handler: BaseHTTPRequestHandler, namespace: str, selector: str, since: int) -> None:
-        self.requests.append(f"watch {namespace} from {since}")
+        with self._cond:
+            # Counted and tied to the current generation at once: a test that saw the watch
+            # counted and then ends every watch ends this one (else it could start after the end).
+            self.requests.append(f"watch {namespace} from {since}")
+            generation = self._generation
         handler.send_response(200)
         handler.send_header("content-type", "application/json")
         handler.send_header("transfer-encoding", "chunked")
@@ -174,7 +178,6 @@ class FakeApiServer:
             handler.wfile.flush()
 
         with self._cond:
-            generation = self._generation
             if since < self._expired_below:
                 gone = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410, "message": f"too old resource version: {since}"}
                 pending: list[dict[str, Any]] = [{"type": "ERROR", "object": gone}]

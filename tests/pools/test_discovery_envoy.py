@@ -39,7 +39,10 @@ from tests.pools.apiserver import FakeApiServer, endpoint_slice
 pytestmark = [pytest.mark.envoy, pytest.mark.slow]
 NS = "ml"
 SERVICE = "localhost"
-BODY = json.dumps({"model": "default", "state": "The export button fails with a 500.", "questions": {"urgent": {"type": "noul", "instructions": "Is it urgent?"}}}).encode()
+# A choice question: `default` reads it in milliseconds (its noul reader takes ~0.1 s a question),
+# so the traffic is dense enough to see every endpoint change land.
+BODY = json.dumps({"model": "default", "state": "The export button fails with a 500.",
+                   "questions": {"team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": None, "engineering": None}}}}).encode()
 
 
 class Client:
