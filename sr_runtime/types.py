@@ -6,6 +6,7 @@ prompt, so the caller keeps them beside the answers, which come back in question
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -105,7 +106,18 @@ class Option:
 
 
 def coded_options(question: Question) -> tuple[Option, ...]:
-    """The options a question offers, in code order: noul is (false, true), score levels ascend."""
+    """The options a question offers, in code order: noul is (false, true), score levels ascend.
+
+    Asked several times for each question of a pass (checking, prompting, reading out), and the
+    same questions come request after request: kept, by the question's value, in a bounded cache.
+    A question holding JSON objects (unhashable) is worked out each time."""
+    try:
+        return _coded_options_kept(question)
+    except TypeError:
+        return _coded_options(question)
+
+
+def _coded_options(question: Question) -> tuple[Option, ...]:
     if isinstance(question, NoulQuestion):
         no = render_text(question.false) if question.false is not None else "No"
         yes = render_text(question.true) if question.true is not None else "Yes"
@@ -119,6 +131,9 @@ def coded_options(question: Question) -> tuple[Option, ...]:
     if isinstance(question, (BoxQuestion, TrackQuestion)):
         return ()
     return tuple(Option(str(i), render_text(level)) for i, level in enumerate(question.levels))
+
+
+_coded_options_kept = functools.lru_cache(maxsize=4096)(_coded_options)
 
 
 @dataclass(frozen=True, slots=True)
