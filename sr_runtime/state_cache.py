@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sr_runtime.backbone import StateSnapshot
+from sr_runtime.lru import WeightedLru
 
 
 def state_key(state_ids: Sequence[int], media: Sequence[tuple[int, str]] = ()) -> str:
@@ -42,32 +42,22 @@ class StateCache:
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity_bytes = capacity_bytes
         self.stats = CacheStats()
-        self._entries: OrderedDict[str, StateSnapshot] = OrderedDict()
-        self._bytes = 0
+        self._lru: WeightedLru[str, StateSnapshot] = WeightedLru(capacity_bytes, lambda _, state: state.nbytes)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._lru)
 
     @property
     def nbytes(self) -> int:
-        return self._bytes
+        return self._lru.total
 
     def get(self, key: str) -> StateSnapshot | None:
-        state = self._entries.get(key)
+        state = self._lru.get(key)
         if state is None:
             self.stats.misses += 1
-            return None
-        self._entries.move_to_end(key)
-        self.stats.hits += 1
+        else:
+            self.stats.hits += 1
         return state
 
     def put(self, key: str, state: StateSnapshot) -> None:
-        size = state.nbytes
-        if size > self.capacity_bytes or key in self._entries:
-            return
-        while self._bytes + size > self.capacity_bytes:
-            _, old = self._entries.popitem(last=False)
-            self._bytes -= old.nbytes
-            self.stats.evictions += 1
-        self._entries[key] = state
-        self._bytes += size
+        self.stats.evictions += self._lru.put(key, state)

@@ -9,11 +9,12 @@ prompt.py reads), not the tokenizer's whole Encoding.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tokenizers import Tokenizer
+
+from sr_runtime.lru import WeightedLru
 
 DEFAULT_CAPACITY_CHARS = 4 * 2**20  # about 1M tokens of ids and offsets, some 100 MiB at most
 
@@ -30,42 +31,26 @@ class CachedTokenizer:
     def __init__(self, tokenizer: Tokenizer, capacity_chars: int = DEFAULT_CAPACITY_CHARS) -> None:
         self.tokenizer = tokenizer
         self.capacity_chars = capacity_chars
-        self._entries: OrderedDict[str, Tokens] = OrderedDict()
-        self._chars = 0
+        self._lru: WeightedLru[str, Tokens] = WeightedLru(capacity_chars, lambda text, _: len(text))
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._lru)
 
     @property
     def chars(self) -> int:
-        return self._chars
+        return self._lru.total
 
     def encode(self, text: str, add_special_tokens: bool = False) -> Tokens:
         return self.encode_batch([text], add_special_tokens)[0]
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[Tokens]:
         assert not add_special_tokens, "a decision prompt is its text's tokens (checkpoint.check_tokenizer)"
-        found = [self._get(text) for text in texts]
+        found = [self._lru.get(text) for text in texts]
         missing = sorted({text for text, tokens in zip(texts, found) if tokens is None})
         if missing:  # one batch call for what is new
             encoded = self.tokenizer.encode_batch(missing, add_special_tokens=False)
             new = {text: Tokens(tuple(e.ids), tuple(e.offsets)) for text, e in zip(missing, encoded)}
             for text, tokens in new.items():
-                self._put(text, tokens)
+                self._lru.put(text, tokens)
             found = [tokens if tokens is not None else new[text] for text, tokens in zip(texts, found)]
         return found  # type: ignore[return-value]
-
-    def _get(self, text: str) -> Tokens | None:
-        tokens = self._entries.get(text)
-        if tokens is not None:
-            self._entries.move_to_end(text)
-        return tokens
-
-    def _put(self, text: str, tokens: Tokens) -> None:
-        if len(text) > self.capacity_chars or text in self._entries:
-            return
-        while self._chars + len(text) > self.capacity_chars:
-            old, _ = self._entries.popitem(last=False)
-            self._chars -= len(old)
-        self._entries[text] = tokens
-        self._chars += len(text)

@@ -43,9 +43,9 @@ def test_the_cache_is_bounded_and_keeps_what_was_used_last(checkpoints: dict[str
         cached.encode(text)
         cached.encode(TEXTS[0])  # used again: the last to go
         assert cached.chars <= 200
-    assert cached._get(TEXTS[0]) is not None and cached._get(TEXTS[1]) is None
+    assert cached._lru.get(TEXTS[0]) is not None and cached._lru.get(TEXTS[1]) is None
     cached.encode("x" * 500)  # over the whole capacity: answered, never kept
-    assert cached.chars <= 200 and cached._get("x" * 500) is None
+    assert cached.chars <= 200 and cached._lru.get("x" * 500) is None
 
 
 def test_answers_are_the_same_from_a_cold_and_a_warm_cache(checkpoints: dict[str, Path]) -> None:

@@ -50,10 +50,9 @@ def test_waiting_requests_share_one_engine_call_and_get_their_own_answers(checkp
         assert numbers(outcome.results[0]) == pytest.approx(expected, abs=1e-5)
 
 
-def test_the_token_budget_splits_what_waits_into_rounds(checkpoint: Path) -> None:
-    held = HeldEngine(Engine.load(checkpoint))
-    requests = [DecisionRequest(s, QUESTIONS) for s in STATES]
-    budget = max(estimate_tokens(r) for r in requests) * 2  # two requests a round
+def answer_while_the_first_is_held(held: HeldEngine, requests: list[DecisionRequest], budget: int) -> None:
+    """The first request enters the engine and is held there while the others queue behind it;
+    then every request is answered, in rounds under ``budget`` tokens."""
     scheduler = Scheduler(held, max_batch_tokens=budget, max_queue=16)
     try:
         jobs = [scheduler.submit([requests[0]])]
@@ -65,6 +64,12 @@ def test_the_token_budget_splits_what_waits_into_rounds(checkpoint: Path) -> Non
     finally:
         held.release.set()
         scheduler.close()
+
+def test_the_token_budget_splits_what_waits_into_rounds(checkpoint: Path) -> None:
+    held = HeldEngine(Engine.load(checkpoint))
+    requests = [DecisionRequest(s, QUESTIONS) for s in STATES]
+    budget = max(estimate_tokens(r) for r in requests) * 2  # two requests a round
+    answer_while_the_first_is_held(held, requests, budget)
     assert held.calls == [1, 2, 1]
 
 
@@ -89,17 +94,7 @@ def test_no_request_waits_behind_more_than_one_budget_of_others(checkpoint: Path
     requests = [DecisionRequest(" ".join(words[: 3 + 5 * (i % 4)]), QUESTIONS[: 1 + i % 3]) for i in range(12)]
     size = {id(r): estimate_tokens(r) for r in requests}
     budget = 3 * max(size.values())  # a few requests a round, fewer when the large ones meet
-    scheduler = Scheduler(held, max_batch_tokens=budget, max_queue=16)
-    try:
-        jobs = [scheduler.submit([requests[0]])]
-        assert held.entered.wait(30)
-        jobs += [scheduler.submit([r]) for r in requests[1:]]
-        held.release.set()
-        for job in jobs:
-            job.result(30)
-    finally:
-        held.release.set()
-        scheduler.close()
+    answer_while_the_first_is_held(held, requests, budget)
     rounds = held.rounds[1:]  # the first round held requests[0] alone while the rest arrived
     assert [id(r) for round_ in rounds for r in round_] == [id(r) for r in requests[1:]]  # arrival order
     answered = 1
