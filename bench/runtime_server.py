@@ -6,10 +6,11 @@ larger model of the same preset with the state cache (`--large HIDDENxLAYERS`, d
 the largest that still answers enough requests in a row's seconds on 2 shared cores). Each
 client sends a request, waits for its answer, and sends the next: 4 questions about one of a
 few support tickets (a state of --state-words words), so later requests can reuse a state.
-Prints figures and ratios; it never fails on time.
+The client counts take turns in short windows (`--rounds`), so a change in what else the shared
+cores run falls on each count alike; req/s is the median window's. Prints figures and ratios; it never fails on time.
 
     .venv/bin/python bench/runtime_server.py [--preset llama-prefix-bidir] [--clients 1,8,32]
-        [--seconds 5] [--states 8] [--state-words 120] [--device cpu] [--large 512x4]
+        [--seconds 6] [--rounds 3] [--states 8] [--state-words 120] [--device cpu] [--large 512x4]
 """
 
 from __future__ import annotations
@@ -126,21 +127,36 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def run(folder: Path, args: argparse.Namespace, reuse: str, counts: list[int], pool: list[str], label: str) -> dict[int, tuple[int, float]]:
-    """One server, rows for each client count; {clients: (req/s, p99 s)}."""
-    out: dict[int, tuple[int, float]] = {}
+    """One server, a row for each client count; {clients: (req/s, p99 s)}.
+
+    The client counts take turns in `--rounds` short windows, so a change in what else the
+    shared cores run falls on every count alike; req/s is the median window's."""
+    rates: dict[int, list[int]] = {c: [] for c in counts}
+    latencies: dict[int, list[float]] = {c: [] for c in counts}
+    calls = {c: 0.0 for c in counts}
+    answered = {c: 0.0 for c in counts}
+    misses = {c: 0.0 for c in counts}
     with Server(str(folder), "--device", args.device, "--state-cache-mb", "512" if reuse == "on" else "0") as server:
-        for clients in counts:
-            calls = server.metric("vsr_runtime_pass_requests_count")
-            answered = server.metric("vsr_runtime_pass_requests_sum")
-            misses = server.metric("vsr_runtime_state_cache_misses_total")
-            rate, latencies = asyncio.run(load(server.url, clients, args.seconds, pool))
-            per_call = (server.metric("vsr_runtime_pass_requests_sum") - answered) / max(1.0, server.metric("vsr_runtime_pass_requests_count") - calls)
-            # A state is computed on a cache miss; requests of one engine call share it anyway.
-            computed = (server.metric("vsr_runtime_state_cache_misses_total") - misses) / max(1, len(latencies))
-            p99 = percentile(latencies, 99)
-            out[clients] = (rate, p99)
-            print(f"| {label} | {reuse} | {clients} | {rate} | {percentile(latencies, 50) * 1000:.1f} | {p99 * 1000:.1f} "
-                  f"| {per_call:.1f} | {computed:.2f} |", flush=True)
+        for _ in range(args.rounds):
+            for clients in counts:
+                before = [server.metric(m) for m in ("vsr_runtime_pass_requests_count", "vsr_runtime_pass_requests_sum", "vsr_runtime_state_cache_misses_total")]
+                rate, window = asyncio.run(load(server.url, clients, args.seconds / args.rounds, pool))
+                after = [server.metric(m) for m in ("vsr_runtime_pass_requests_count", "vsr_runtime_pass_requests_sum", "vsr_runtime_state_cache_misses_total")]
+                rates[clients].append(rate)
+                latencies[clients] += window
+                calls[clients] += after[0] - before[0]
+                answered[clients] += after[1] - before[1]
+                misses[clients] += after[2] - before[2]
+    out: dict[int, tuple[int, float]] = {}
+    for clients in counts:
+        rate, seen = round(statistics.median(rates[clients])), latencies[clients]
+        per_call = answered[clients] / max(1.0, calls[clients])
+        # A state is computed on a cache miss; requests of one engine call share it anyway.
+        computed = misses[clients] / max(1, len(seen))
+        p99 = percentile(seen, 99)
+        out[clients] = (rate, p99)
+        print(f"| {label} | {reuse} | {clients} | {rate} ({min(rates[clients])}-{max(rates[clients])}) | {percentile(seen, 50) * 1000:.1f} | {p99 * 1000:.1f} "
+              f"| {per_call:.1f} | {computed:.2f} |", flush=True)
     return out
 
 
@@ -148,7 +164,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="llama-prefix-bidir")
     parser.add_argument("--clients", default="1,8,32")
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=6.0, help="seconds per client count, in --rounds windows")
+    parser.add_argument("--rounds", type=int, default=3, help="windows per client count, the counts taking turns")
     parser.add_argument("--states", type=int, default=8)
     parser.add_argument("--state-words", type=int, default=120, help="words per state (about 4 tokens each in the tiny tokenizer)")
     parser.add_argument("--device", default="cpu")
@@ -160,9 +177,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tiny = create(Path(tmp) / args.preset, args.preset, seed=0)
         print(f"# vllm-srun serve {args.preset} --device {args.device}: {len(QUESTIONS)} questions a request, "
-              f"{args.states} distinct states of {args.state_words} words, {args.seconds:.0f} s per row, {os.cpu_count()} CPUs, "
+              f"{args.states} distinct states of {args.state_words} words, {args.seconds:.0f} s per row in {args.rounds} windows taking turns, {os.cpu_count()} CPUs, "
               f"load average {os.getloadavg()[0]:.1f}\n")
-        print("| model | state reuse | clients | req/s | p50 ms | p99 ms | requests per engine call | states computed per request |")
+        print("| model | state reuse | clients | req/s (median window; range) | p50 ms | p99 ms | requests per engine call | states computed per request |")
         print("|---|---|---|---|---|---|---|---|")
         rates = {reuse: run(tiny, args, reuse, counts, pool, "tiny") for reuse in ("on", "off")}
         large = None

@@ -26,7 +26,7 @@ from transformers.utils import logging as hf_logging
 from sr_runtime.errors import CheckpointError
 from sr_runtime.mask import AttentionMode, padded_prompt_mask, prompt_mask, question_mask, state_mask
 from sr_runtime.prompt import MediaSpan
-from sr_runtime.shared_prefix import ATTENTION, SharedPrefix, blocks
+from sr_runtime.shared_prefix import ATTENTION, LastTokenTail, SharedPrefix, blocks
 
 BACKBONES = ("llama", "qwen3_5_text")
 LAYER_KINDS = ("full_attention", "linear_attention")
@@ -84,6 +84,9 @@ class Backbone:
         )
         self.hybrid = "linear_attention" in self.kinds
         self.hidden_size: int = self.config.hidden_size
+        # The layer after which only each row's last token is read, when it is full attention.
+        self.read_layer = len(self.kinds) - 1 if self.kinds[-1] == "full_attention" else -1
+        self.tail = LastTokenTail(model, self.read_layer) if self.read_layer >= 0 else None
 
     @classmethod
     def load(cls, path: Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Backbone:
@@ -206,19 +209,27 @@ class Backbone:
             blocks=blocks(groups, [s.length for s in distinct], qw, budget),
             mask=question_mask(mode, question_lens, qw).to(self.device),
             # Only the last token of each row is read out: the last layer attends for it alone.
-            read_layer=len(self.kinds) - 1 if self.kinds[-1] == "full_attention" else -1,
+            read_layer=self.read_layer,
             last=last,
         )
-        out = self.model.base_model(
-            **self._inputs(questions, qw, media),
-            # The question mask goes to the attention layers through `prefix`; transformers sees the
-            # [B, 1, Qw, Qw] block alone, the keys its cache holds.
-            attention_mask=self._masks(prefix.mask),
-            position_ids=positions,
-            past_key_values=self._rows_cache(distinct, groups),
-            use_cache=True,
-            shared_prefix=prefix,
-        ).last_hidden_state
+        if self.tail is not None:
+            self.tail.last = last
+        try:
+            out = self.model.base_model(
+                **self._inputs(questions, qw, media),
+                # The question mask goes to the attention layers through `prefix`; transformers sees the
+                # [B, 1, Qw, Qw] block alone, the keys its cache holds.
+                attention_mask=self._masks(prefix.mask),
+                position_ids=positions,
+                past_key_values=self._rows_cache(distinct, groups),
+                use_cache=True,
+                shared_prefix=prefix,
+            ).last_hidden_state
+        finally:
+            if self.tail is not None:
+                self.tail.last = None
+        if self.tail is not None:
+            return out[:, 0]  # [B, 1, hidden]: the last token of each row alone
         return out[torch.arange(len(questions), device=self.device), last]
 
     @torch.inference_mode()

@@ -118,7 +118,7 @@ def serve(
     max_queue: Annotated[int, typer.Option(help="Requests that may wait for the model; beyond it, 529 with Retry-After.")] = 256,
     threads: Annotated[
         Optional[int],
-        typer.Option(help="Math threads on CPU (default: OMP_NUM_THREADS when set, else the cores less one, at least 1: the server's event loop keeps a core).", show_default=False),
+        typer.Option(help="Math threads on CPU (default: OMP_NUM_THREADS when set, else every core for a round of 16 questions or more and the cores less one, at least 1, for a smaller round: the server's event loop keeps a core while the load is light).", show_default=False),
     ] = None,
 ) -> None:
     """Serve MODEL over the System One API until interrupted.

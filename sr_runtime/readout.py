@@ -77,7 +77,8 @@ def batch_probabilities(
     probs = torch.softmax(logits.to(torch.float32).masked_fill(~keep, float("-inf")) / t, dim=-1)
     p_abstain = probs.gather(1, abstains.clamp(min=0))[:, 0].tolist()
     renormalized = probs * is_option / (probs * is_option).sum(-1, keepdim=True)
-    options = torch.where(abstains >= 0, renormalized, probs).tolist()
+    # Only the options' columns go to Python (of up to 256 codes, a question reads a few).
+    options = torch.where(abstains >= 0, renormalized, probs)[:, : max(n_options)].tolist()
     return [(row[:n], None if a is None else pa) for row, n, a, pa in zip(options, n_options, abstain, p_abstain)]
 
 

@@ -101,12 +101,11 @@ def shared_prefix_attention(
         return _attend_rows(query, key, value, shared_prefix.mask, kv, shared_prefix.blocks, scale), None
     # The last layer: what it computes for any other token is never read, so only each row's
     # last token attends (the other outputs stay zero; the layer's MLP still sees them).
+    # `LastTokenTail` then takes each row's last token, so every token may hold the same output.
     rows = torch.arange(query.shape[0], device=query.device)
     last = shared_prefix.last
     read = _attend_rows(query[rows, :, last].unsqueeze(2), key, value, shared_prefix.mask[rows, :, last].unsqueeze(2), kv, shared_prefix.blocks, scale)
-    out = query.new_zeros(query.shape[0], query.shape[2], query.shape[1], d)
-    out[rows, last] = read[:, 0]
-    return out, None
+    return read.expand(-1, query.shape[2], -1, -1), None
 
 
 def _attend_rows(
@@ -137,9 +136,37 @@ def _attend_rows(
         o, lse = attend(q[:, :, start:end].reshape(1, kv_heads, group * r * width, d), k_s, v_s, None, scale)
         o_s[:, :, start:end] = o.view(kv_heads, group, r, width, d)
         l_s[:, :, start:end] = lse.view(kv_heads, group, r, width)
-    total = torch.logaddexp(l_s, l_q)
-    out = o_s * torch.exp(l_s - total)[..., None] + o_q * torch.exp(l_q - total)[..., None]
+    # o_s e^(l_s - l) + o_q e^(l_q - l) with l = logaddexp(l_s, l_q) is o_q + (o_s - o_q) w,
+    # w = sigmoid(l_s - l_q): one lerp instead of eight passes over the outputs.
+    out = torch.lerp(o_q, o_s, torch.sigmoid(l_s - l_q)[..., None])
     return out.permute(2, 3, 0, 1, 4).reshape(rows, width, heads, d)
+
+
+class LastTokenTail:
+    """The read layer's output projection, its MLP and the model's final norm, for each row's
+    last token alone.
+
+    After the read layer's attention only each row's last token is read (the readout's), so
+    the rest of that layer need run for that token only. Forward pre-hooks on those modules take
+    it ([B, W, h] -> [B, 1, h]); the layer's residual adds broadcast the result back over the
+    row, right at the last token and never read elsewhere, and the model returns [B, 1, hidden].
+    Set `last` ([B]: each row's last real token) for a question pass, None for every other pass.
+    """
+
+    def __init__(self, model: Any, layer: int) -> None:
+        # `Any`: the decoder stack's attributes (llama's and Qwen3.5's alike) are not typed by torch.
+        self.last: torch.Tensor | None = None
+        base = model.base_model
+        decoder = base.layers[layer]
+        modules: tuple[torch.nn.Module, ...] = (decoder.self_attn.o_proj, decoder.post_attention_layernorm, base.norm)
+        for module in modules:
+            module.register_forward_pre_hook(self._take)
+
+    def _take(self, module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        if self.last is None:
+            return None
+        x = args[0]
+        return (x[torch.arange(x.shape[0], device=x.device), self.last].unsqueeze(1), *args[1:])
 
 
 AttentionInterface.register(ATTENTION, shared_prefix_attention)

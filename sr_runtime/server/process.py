@@ -17,6 +17,7 @@ from sr_runtime.errors import CheckpointError
 from sr_runtime.loader import check_device, check_model
 from sr_runtime.server.app import create_app
 from sr_runtime.server.settings import ServerSettings
+from sr_runtime.server.threads import math_threads
 
 log = get_logger("vllm-srun.server")
 
@@ -46,22 +47,6 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def math_threads(settings: ServerSettings) -> int | None:
-    """Threads for the model's math on CPU, or None to leave torch's own choice (a GPU, or
-    OMP_NUM_THREADS set by the operator).
-
-    The engine thread shares the machine with the event loop (HTTP, codec, replies): math
-    threads on every core make the two take turns on each, so the default leaves one core to
-    the loop. Measured on 2 cores (docs/runtime/server.md): one math thread answers more
-    requests than two at 1 and at 32 clients alike.
-    """
-    if settings.threads is not None:
-        return settings.threads
-    if not settings.device.startswith("cpu") or "OMP_NUM_THREADS" in os.environ:
-        return None
-    return max(1, len(os.sched_getaffinity(0)) - 1)
-
-
 def serve(settings: ServerSettings) -> int:
     """Serve until interrupted; 0 after a clean stop, 2 when the model failed to load."""
     name = check_model(settings.model, settings.max_model_len)
@@ -70,7 +55,7 @@ def serve(settings: ServerSettings) -> int:
     if threads is not None:
         import torch
 
-        torch.set_num_threads(threads)
+        torch.set_num_threads(threads.light)  # the scheduler sets each round's (threads.py)
     sock = bind(settings.host, settings.port)
     failed: list[str] = []
 
@@ -84,7 +69,7 @@ def serve(settings: ServerSettings) -> int:
     server = uvicorn.Server(config)
     host, port = sock.getsockname()[:2]
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    log.info("serving", model=name, schema=settings.schema, url=url, auth=settings.api_key is not None, threads=threads)
+    log.info("serving", model=name, schema=settings.schema, url=url, auth=settings.api_key is not None, threads=None if threads is None else f"{threads.light}-{threads.heavy}")
     server.run(sockets=[sock])
     if failed:
         raise CheckpointError(failed[0])

@@ -20,6 +20,7 @@ from sr_runtime.server.metrics import Metrics
 from sr_runtime.server.scheduler import Scheduler
 from sr_runtime.server.served import ServedModel
 from sr_runtime.server.settings import ServerSettings
+from sr_runtime.server.threads import RoundThreads, math_threads
 from sr_runtime.types import DecisionEngine
 
 log = get_logger("vllm-srun.server")
@@ -69,7 +70,14 @@ class Runtime:
         started = time.monotonic()
         try:
             engine, release_date = self._load()
-            scheduler = Scheduler(engine, self.settings.max_batch_tokens, self.settings.max_queue, self.metrics.engine_round)
+            threads = math_threads(self.settings)
+            scheduler = Scheduler(
+                engine,
+                self.settings.max_batch_tokens,
+                self.settings.max_queue,
+                self.metrics.engine_round,
+                before_round=None if threads is None else RoundThreads(threads),
+            )
         except Exception as exc:  # noqa: BLE001 - a failed load is reported, never raised into a thread
             why = str(exc) if isinstance(exc, CheckpointError) else f"cannot load {self.settings.model}: {type(exc).__name__}: {exc}"
             self.failure = why.splitlines()[0]

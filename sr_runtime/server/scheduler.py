@@ -58,11 +58,13 @@ class Scheduler:
         max_batch_tokens: int,
         max_queue: int,
         on_round: Callable[[int, int, float], None] | None = None,  # requests, questions, seconds
+        before_round: Callable[[int], None] | None = None,  # questions; in the worker thread
     ) -> None:
         self.engine = engine
         self.max_batch_tokens = max_batch_tokens
         self.max_queue = max_queue
         self.on_round = on_round
+        self.before_round = before_round
         self._waiting: deque[Job] = deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -129,6 +131,9 @@ class Scheduler:
 
     def _answer(self, jobs: list[Job]) -> None:
         requests = [r for job in jobs for r in job.requests]
+        questions = sum(len(r.questions) for r in requests)
+        if self.before_round is not None:
+            self.before_round(questions)
         started = time.monotonic()
         try:
             results = self.engine.answer_batch(requests)
@@ -141,7 +146,7 @@ class Scheduler:
             return
         elapsed = time.monotonic() - started
         if self.on_round is not None:
-            self.on_round(len(requests), sum(len(r.questions) for r in requests), elapsed)
+            self.on_round(len(requests), questions, elapsed)
         at = 0
         for job in jobs:
             n = len(job.requests)

@@ -33,7 +33,8 @@ def test_waiting_requests_share_one_engine_call_and_get_their_own_answers(checkp
     engine = Engine.load(checkpoint, state_cache_bytes=0)
     alone = [numbers(engine.answer(DecisionRequest(s, QUESTIONS))) for s in STATES]
     held = HeldEngine(engine)
-    scheduler = Scheduler(held, max_batch_tokens=16_384, max_queue=16)
+    rounds: list[int] = []  # each round's questions, told before it runs (it sets the math threads)
+    scheduler = Scheduler(held, max_batch_tokens=16_384, max_queue=16, before_round=rounds.append)
     try:
         first = scheduler.submit([DecisionRequest(STATES[0], QUESTIONS)])
         assert held.entered.wait(30)
@@ -45,6 +46,7 @@ def test_waiting_requests_share_one_engine_call_and_get_their_own_answers(checkp
         held.release.set()
         scheduler.close()
     assert held.calls == [1, 3]
+    assert rounds == [3, 9]
     assert [o.round_requests for o in outcomes] == [1, 3, 3, 3]
     for outcome, expected in zip(outcomes, alone):
         assert numbers(outcome.results[0]) == pytest.approx(expected, abs=1e-5)

@@ -202,16 +202,30 @@ def test_the_listening_socket_turns_nagle_off_for_every_connection() -> None:
     assert asyncio.run(accepted_nodelay()) != 0
 
 
-def test_math_threads_leave_the_event_loop_a_core_unless_told_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_light_rounds_leave_the_event_loop_a_core_and_heavy_rounds_take_every_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
     from sr_runtime.server import ServerSettings
-    from sr_runtime.server.process import math_threads
+    from sr_runtime.server.threads import HEAVY_ROUND, MathThreads, RoundThreads, math_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
-    assert math_threads(ServerSettings("default")) == 3
+    assert math_threads(ServerSettings("default")) == MathThreads(light=3, heavy=4)
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
-    assert math_threads(ServerSettings("default")) == 1
-    assert math_threads(ServerSettings("default", threads=2)) == 2  # --threads wins
+    assert math_threads(ServerSettings("default")) == MathThreads(1, 1)
+    assert math_threads(ServerSettings("default", threads=2)) == MathThreads(2, 2)  # --threads wins
     assert math_threads(ServerSettings("default", device="cuda")) is None  # torch's own choice
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
     assert math_threads(ServerSettings("default")) is None  # the operator's OMP_NUM_THREADS
+
+    before = torch.get_num_threads()
+    try:
+        rounds = RoundThreads(MathThreads(1, 2))
+        rounds(4)  # one request of four questions
+        assert torch.get_num_threads() == 1
+        rounds(HEAVY_ROUND)  # many requests packed into one round
+        assert torch.get_num_threads() == 2
+        rounds(HEAVY_ROUND - 1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
