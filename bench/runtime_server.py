@@ -10,7 +10,7 @@ The client counts take turns in short windows (`--rounds`), so a change in what 
 cores run falls on each count alike; req/s is the median window's. Prints figures and ratios; it never fails on time.
 
     .venv/bin/python bench/runtime_server.py [--preset llama-prefix-bidir] [--clients 1,8,32]
-        [--seconds 6] [--rounds 3] [--states 8] [--state-words 120] [--device cpu] [--large 512x4]
+        [--seconds 10] [--rounds 5] [--states 8] [--state-words 120] [--device cpu] [--large 512x4]
 """
 
 from __future__ import annotations
@@ -164,8 +164,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="llama-prefix-bidir")
     parser.add_argument("--clients", default="1,8,32")
-    parser.add_argument("--seconds", type=float, default=6.0, help="seconds per client count, in --rounds windows")
-    parser.add_argument("--rounds", type=int, default=3, help="windows per client count, the counts taking turns")
+    parser.add_argument("--seconds", type=float, default=10.0, help="seconds per client count, in --rounds windows")
+    parser.add_argument("--rounds", type=int, default=5, help="windows per client count, the counts taking turns")
     parser.add_argument("--states", type=int, default=8)
     parser.add_argument("--state-words", type=int, default=120, help="words per state (about 4 tokens each in the tiny tokenizer)")
     parser.add_argument("--device", default="cpu")
