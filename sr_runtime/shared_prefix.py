@@ -21,7 +21,7 @@ a pass's scores take no more memory than a pass of per-row copies would (see `bl
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -42,6 +42,22 @@ class SharedPrefix:
     # attend there. -1: every layer attends for every token.
     read_layer: int = -1
     last: torch.Tensor | None = None  # [B]: each row's last real token
+    # The additive form of `mask` the question part attends under, made once a pass for all its
+    # layers: (query tokens a row, query heads a key/value head) -> [B, 1, G * L, Qw].
+    scores: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
+
+    def question_scores(self, width: int, group: int, dtype: torch.dtype) -> torch.Tensor:
+        """0 where a query token reads a question key, MASKED where it does not; for the read
+        layer (width 1) each row's last token alone."""
+        made = self.scores.get((width, group))
+        if made is None:
+            mask = self.mask
+            if width == 1 and self.last is not None:
+                mask = mask[torch.arange(mask.shape[0], device=mask.device), :, self.last].unsqueeze(2)
+            made = torch.zeros(mask.shape[0], 1, group * width, mask.shape[-1], dtype=dtype, device=mask.device)
+            made.masked_fill_(~mask.repeat(1, 1, group, 1), MASKED)
+            self.scores[(width, group)] = made
+        return made
 
 
 def blocks(groups: Sequence[int], state_lens: Sequence[int], question_width: int, budget: int) -> list[tuple[int, int, int]]:
@@ -96,15 +112,18 @@ def shared_prefix_attention(
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
     d = query.shape[-1]
     scale = d**-0.5 if scaling is None else scaling
-    kv = shared_prefix.kv[module.layer_idx]  # type: ignore[index]
-    if module.layer_idx != shared_prefix.read_layer or shared_prefix.last is None:
-        return _attend_rows(query, key, value, shared_prefix.mask, kv, shared_prefix.blocks, scale), None
+    layer: int = module.layer_idx  # type: ignore[assignment]  # transformers' attention modules carry it untyped
+    kv = shared_prefix.kv[layer]
+    group = query.shape[1] // key.shape[1]
+    if layer != shared_prefix.read_layer or shared_prefix.last is None:
+        scores = shared_prefix.question_scores(query.shape[2], group, query.dtype)
+        return _attend_rows(query, key, value, scores, kv, shared_prefix.blocks, scale), None
     # The last layer: what it computes for any other token is never read, so only each row's
-    # last token attends (the other outputs stay zero; the layer's MLP still sees them).
-    # `LastTokenTail` then takes each row's last token, so every token may hold the same output.
+    # last token attends. `LastTokenTail` then takes each row's last token for the rest of the
+    # layer, so every token of a row may hold that token's output.
     rows = torch.arange(query.shape[0], device=query.device)
-    last = shared_prefix.last
-    read = _attend_rows(query[rows, :, last].unsqueeze(2), key, value, shared_prefix.mask[rows, :, last].unsqueeze(2), kv, shared_prefix.blocks, scale)
+    scores = shared_prefix.question_scores(1, group, query.dtype)
+    read = _attend_rows(query[rows, :, shared_prefix.last].unsqueeze(2), key, value, scores, kv, shared_prefix.blocks, scale)
     return read.expand(-1, query.shape[2], -1, -1), None
 
 
@@ -112,21 +131,19 @@ def _attend_rows(
     query: torch.Tensor,  # [B, H, L, d]: L query tokens of each row
     key: torch.Tensor,  # [B, kv_heads, Qw, d]: the rows' own question tokens
     value: torch.Tensor,
-    mask: torch.Tensor,  # [B, 1, L, Qw] bool: which question tokens each query reads
+    question_scores: torch.Tensor,  # [B, 1, G * L, Qw]: 0 where a query reads a question key, else MASKED
     kv: Sequence[tuple[torch.Tensor, torch.Tensor]],  # each state's K, V [1, kv_heads, S, d]
     runs: Sequence[tuple[int, int, int]],
     scale: float,
 ) -> torch.Tensor:
     """[B, L, H, d]: each query over its row's state and its own question, merged by log-sum-exp."""
     rows, heads, width, d = query.shape
-    kv_heads, keys = key.shape[1], key.shape[2]
+    kv_heads = key.shape[1]
     group = heads // kv_heads  # query heads reading one key/value head
     # Queries as [kv_heads, G, B, L, d]: a run's queries of one key/value head are one sequence.
     q = query.view(rows, kv_heads, group, width, d).permute(1, 2, 0, 3, 4)
     # Each row's own question, all rows at once: the G heads of a key/value head as one sequence.
-    question_mask = torch.zeros(rows, 1, group * width, keys, dtype=query.dtype, device=query.device)
-    question_mask.masked_fill_(~mask.repeat(1, 1, group, 1), MASKED)
-    o_q, l_q = attend(q.permute(2, 0, 1, 3, 4).reshape(rows, kv_heads, group * width, d), key, value, question_mask, scale)
+    o_q, l_q = attend(q.permute(2, 0, 1, 3, 4).reshape(rows, kv_heads, group * width, d), key, value, question_scores, scale)
     o_q, l_q = o_q.view(rows, kv_heads, group, width, d).permute(1, 2, 0, 3, 4), l_q.view(rows, kv_heads, group, width).permute(1, 2, 0, 3)
     o_s = query.new_empty(kv_heads, group, rows, width, d)
     l_s = query.new_empty(kv_heads, group, rows, width)
