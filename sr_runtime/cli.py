@@ -120,6 +120,10 @@ def serve(
         Optional[int],
         typer.Option(help="Math threads on CPU (default: OMP_NUM_THREADS when set, else every core for a round of 16 questions or more and the cores less one, at least 1, for a smaller round: the server's event loop keeps a core while the load is light).", show_default=False),
     ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(help="Server processes sharing the port, each with its own copy of the model and state cache (N times the memory); the port answers once all have loaded. More than one answers concurrent clients side by side."),
+    ] = 1,
 ) -> None:
     """Serve MODEL over the System One API until interrupted.
 
@@ -136,7 +140,7 @@ def serve(
     log.configure()
     try:
         settings = ServerSettings(
-            model, device, host, port, systemone_schema, max_model_len, api_key(api_key_env), max_batch_tokens, state_cache_mb, max_queue, threads
+            model, device, host, port, systemone_schema, max_model_len, api_key(api_key_env), max_batch_tokens, state_cache_mb, max_queue, threads, workers
         )
     except SettingsError as exc:
         raise _fail(str(exc), EXIT_UNUSABLE) from None

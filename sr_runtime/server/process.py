@@ -52,11 +52,15 @@ def serve(settings: ServerSettings) -> int:
     name = check_model(settings.model, settings.max_model_len)
     check_device(settings.device)
     threads = math_threads(settings)
+    sock = bind(settings.host, settings.port)
+    if settings.workers > 1:
+        from sr_runtime.server.workers import serve_workers
+
+        return serve_workers(settings, sock, name, None if threads is None else threads.light)
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads.light)  # the scheduler sets each round's (threads.py)
-    sock = bind(settings.host, settings.port)
     failed: list[str] = []
 
     def stop(message: str) -> None:

@@ -29,6 +29,7 @@ class ServerSettings:
     state_cache_mb: int = DEFAULT_STATE_CACHE_MB
     max_queue: int = DEFAULT_MAX_QUEUE
     threads: int | None = None  # math threads on CPU; None: math_threads() decides
+    workers: int = 1  # server processes on the port, each with its own model (workers.py)
 
     def __post_init__(self) -> None:
         if self.schema not in SCHEMAS:
@@ -40,6 +41,7 @@ class ServerSettings:
             ("--state-cache-mb", self.state_cache_mb, 0),
             ("--max-queue", self.max_queue, 1),
             ("--threads", 1 if self.threads is None else self.threads, 1),
+            ("--workers", self.workers, 1),
         ):
             if value < least:
                 raise SettingsError(f"{flag} must be at least {least}, not {value}")

@@ -30,12 +30,16 @@ class MathThreads:
 
 def math_threads(settings: ServerSettings) -> MathThreads | None:
     """The math threads of each kind of round, or None to leave torch's own choice (a GPU, or
-    OMP_NUM_THREADS set by the operator). `--threads N` sets both to N."""
+    OMP_NUM_THREADS set by the operator). `--threads N` sets both to N; with `--workers N` each
+    worker gets its share of the cores for every round."""
     if settings.threads is not None:
         return MathThreads(settings.threads, settings.threads)
     if not settings.device.startswith("cpu") or "OMP_NUM_THREADS" in os.environ:
         return None
     cores = len(os.sched_getaffinity(0))
+    if settings.workers > 1:  # the cores split between the worker processes (workers.py)
+        each = max(1, cores // settings.workers)
+        return MathThreads(each, each)
     return MathThreads(max(1, cores - 1), cores)
 
 

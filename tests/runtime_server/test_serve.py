@@ -42,7 +42,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 def test_help_lists_every_flag_of_the_issue() -> None:
     result = CliRunner().invoke(app, ["serve", "--help"])
     assert result.exit_code == 0
-    for flag in ("--device", "--host", "--port", "--systemone-schema", "--max-model-len", "--api-key-env", "--max-batch-tokens", "--state-cache-mb", "--max-queue", "--threads"):
+    for flag in ("--device", "--host", "--port", "--systemone-schema", "--max-model-len", "--api-key-env", "--max-batch-tokens", "--state-cache-mb", "--max-queue", "--threads", "--workers"):
         assert flag in result.output
     assert result.output.index("Serve MODEL over the System One API") < result.output.index("--device")
 
