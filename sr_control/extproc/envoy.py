@@ -103,15 +103,18 @@ def immediate(a: Answer) -> pb.ProcessingResponse:
     return out
 
 
-def replace_response(a: Answer, upstream_status: int) -> pb.ProcessingResponse:
-    """The response-body answer that puts ``a`` in place of the upstream's answer."""
-    sets = list(a.headers) + [("content-length", str(len(a.body)))]
+def replace_response(a: Answer, upstream_status: int, upstream_body: bytes) -> pb.ProcessingResponse:
+    """The response-body answer that puts ``a`` in place of the upstream's answer: its headers
+    and status, and its body unless that is, byte for byte, the upstream's own."""
+    same = a.body == upstream_body
+    sets = list(a.headers) if same else [*a.headers, ("content-length", str(len(a.body)))]
     if a.status != upstream_status:
         sets.append((":status", str(a.status)))
     out = pb.ProcessingResponse()
     common = out.response_body.response
     _set(common.header_mutation, sets)
-    common.body_mutation.body = a.body
+    if not same:
+        common.body_mutation.body = a.body
     return out
 
 

@@ -62,6 +62,20 @@ class Call:
     deadline_ms: int
     member: Member | None = None  # the member Envoy was asked to forward to
     tried: set[str] = field(default_factory=set)
+    sent: bytes = b""  # the client's JSON body as it came (b"" for a multipart body)
+
+
+def member_body(req: ClientRequest, sent: bytes, model: str) -> tuple[bytes | None, str]:
+    """The body for a vllm-sr/5.0 member answering to ``model``, and the plan's form: None (the
+    client's own bytes, ``sent``) when the plan is passthrough and every model the request names
+    is ``model``; else the internal form, the plan's own unless a model name must change."""
+    if not _names_only(req.ir, model):
+        return internal_body(req.ir, model), "convert"
+    if req.plan.kind == "passthrough":
+        return None, "passthrough"
+    # A client that already wrote the internal form (json.dumps spacing, every member in the
+    # internal order) sent these very bytes: Envoy forwards them as they are, nothing to replace.
+    return (None if req.plan.body == sent else req.plan.body), "convert"
 
 
 def listener_codec(offer: Offer | None) -> ListenerCodec:
@@ -100,7 +114,7 @@ class SystemOne:
         except ProtocolError as exc:
             return error_answer(codec, exc, req), None
         deadline = min(d for d in (req.ir.deadline_ms, offer.max_deadline_ms, DEFAULT_DEADLINE_MS) if d is not None)
-        call = Call(incoming, codec, req, ranking, deadline)
+        call = Call(incoming, codec, req, ranking, deadline, sent=b"" if multipart else body)
         first = ranking.capable[0]
         if first.schema == "vllm-sr/5.0" and self.s.settings.forwarding == "envoy":
             return self._through_envoy(call, first), call
@@ -117,7 +131,7 @@ class SystemOne:
         return resolved
 
     def _through_envoy(self, call: Call, member: Member) -> Forward:
-        body, form = self._body_for(call.req, member)
+        body, form = self._body_for(call, member)
         self.s.metrics.diagnostics.labels(call.incoming.listener, form).inc()
         call.member = member
         call.tried.add(member.name)
@@ -137,15 +151,8 @@ class SystemOne:
             sets.append(("content-type", "application/json"))
         return Forward(cluster=member.cluster, path=member.path(DECISIONS), body=body, set_headers=tuple(sets), remove_headers=tuple(removes))
 
-    def _body_for(self, req: ClientRequest, member: Member) -> tuple[bytes | None, str]:
-        """The body for ``member``: None (the client's own bytes) when the plan is passthrough
-        and every model the request names is one the member answers to; else the internal
-        form, the plan's own unless a model name must change."""
-        if not _names_only(req.ir, member.model):
-            return internal_body(req.ir, member.model), "convert"
-        if req.plan.kind == "passthrough":
-            return None, "passthrough"
-        return req.plan.body, "convert"
+    def _body_for(self, call: Call, member: Member) -> tuple[bytes | None, str]:
+        return member_body(call.req, call.sent, member.model)
 
     def _authorization(self, incoming: Incoming, member: Member) -> str | None:
         """The member's key as an Authorization value; "" to remove the client's (it was the

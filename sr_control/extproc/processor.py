@@ -154,7 +154,7 @@ class Exchange:
         answer = self.p.systemone.reencode(self.call, self.upstream_status, self.upstream_headers, body)
         self.status = answer.status
         self.done = True
-        return envoy.replace_response(self._stamped(answer), self.upstream_status)
+        return envoy.replace_response(self._stamped(answer), self.upstream_status, body)
 
     # ------------------------------------------------------------------------ answers
 

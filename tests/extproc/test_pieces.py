@@ -137,3 +137,36 @@ def test_a_provider_key_missing_from_the_sidecar_is_a_500_naming_it(monkeypatch:
     monkeypatch.delenv("KEY", raising=False)
     out = llm.route(incoming("chat_completions", "/v1/chat/completions"), b'{"model": "chat"}')
     assert isinstance(out, Answer) and out.status == 500 and b"KEY" in out.body
+
+
+def test_bodies_already_in_the_form_the_other_side_reads_are_left_as_they_are() -> None:
+    """A 5.0 request whose internal form is the client's own bytes goes upstream untouched, and a
+    re-encoded reply that is the member's own bytes is not handed back to Envoy: no body to swap.
+    Anything else is replaced, with its content-length."""
+    import json
+
+    from sr_control.extproc.envoy import replace_response
+    from sr_control.extproc.forward import member_body
+    from sr_control.systemone.listener import LISTENERS
+
+    # The internal form writes every member the runtime reads (roles included) in this order.
+    request = {"model": "d3", "state": "The export fails.", "questions": {"u": {"type": "noul", "instructions": "Is it urgent?"}}, "roles": None}
+    as_the_sdk_writes = json.dumps(request).encode()
+    compact = json.dumps(request, separators=(",", ":")).encode()
+    codec = LISTENERS["vllm-sr/5.0"]
+    for sent in (as_the_sdk_writes, compact):
+        req = codec.read("/v1/systemone", sent, [("content-type", "application/json")])
+        assert req.plan.kind == "convert"  # a 5.0 listener's /v1/systemone
+        body, form = member_body(req, sent, "d3")
+        assert form == "convert"
+        assert body == (None if sent == as_the_sdk_writes else req.plan.body)
+        assert req.plan.body == as_the_sdk_writes  # the internal form, whatever the spacing sent
+    assert member_body(codec.read("/v1/systemone", as_the_sdk_writes, []), as_the_sdk_writes, "d3-gw")[0] == as_the_sdk_writes.replace(b'"d3"', b'"d3-gw"')
+
+    reply = b'{"model": "d3", "answers": {"u": {"type": "noul", "noul": 0.8}}}'
+    kept = replace_response(Answer(200, (("x-request-id", "r1"),), reply), 200, reply).response_body.response
+    assert not kept.HasField("body_mutation")
+    assert [h.header.key for h in kept.header_mutation.set_headers] == ["x-request-id"]
+    swapped = replace_response(Answer(200, (("x-request-id", "r1"),), reply), 200, reply.replace(b": ", b":")).response_body.response
+    assert swapped.body_mutation.body == reply
+    assert ("content-length", str(len(reply)).encode()) in [(h.header.key, h.header.raw_value) for h in swapped.header_mutation.set_headers]
