@@ -174,7 +174,7 @@ class Backbone:
         for i, kind in enumerate(self.kinds):
             if kind != "linear_attention":
                 continue
-            parts: list[RecurrentState] = [s.layers[i] for s in states]  # type: ignore[misc]
+            parts: list[RecurrentState] = [s.layers[i] for s in states]  # type: ignore[misc]  # a linear_attention layer's state is a RecurrentState
             conv = torch.cat([parts[g].conv for g in groups])
             cache.update_conv_state(conv, i, conv_kernel_size=conv.shape[-1])
             cache.update_recurrent_state(torch.cat([parts[g].recurrent for g in groups]), i)
@@ -205,7 +205,7 @@ class Backbone:
         positions = (torch.tensor([s.length for s in states])[:, None] + torch.arange(qw)).to(self.device)  # S_b, S_b + 1, ...
         last = torch.tensor(question_lens, device=self.device) - 1
         prefix = SharedPrefix(
-            kv={i: [s.layers[i].tensors for s in distinct] for i, kind in enumerate(self.kinds) if kind == "full_attention"},  # type: ignore[misc]
+            kv={i: [s.layers[i].tensors for s in distinct] for i, kind in enumerate(self.kinds) if kind == "full_attention"},  # type: ignore[misc]  # a full_attention layer's state is an AttentionState
             blocks=blocks(groups, [s.length for s in distinct], qw, budget),
             mask=question_mask(mode, question_lens, qw).to(self.device),
             # Only the last token of each row is read out: the last layer attends for it alone.

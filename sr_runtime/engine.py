@@ -417,7 +417,7 @@ class Engine:
                 slots[i][q] = set_answer(question, [probs[l] for l in range(len(probs))], self._threshold(question), composite=True)
         return [
             Result(
-                tuple(s),  # type: ignore[arg-type]
+                tuple(s),  # type: ignore[arg-type]  # every slot is filled by now
                 _usage([r for r in rows if r.request == i]),
                 state_cache_hit=any(r.key in self._hits for r in rows if r.request == i),
                 complete=i not in self._partial,

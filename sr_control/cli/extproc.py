@@ -60,7 +60,7 @@ def serve(
         node_id=node_id,
         version_wait_ms=version_wait_ms,
         card_refresh_s=card_refresh_s,
-        forwarding=forwarding,  # type: ignore[arg-type]
+        forwarding=forwarding,  # type: ignore[arg-type]  # checked to be one of Forwarding's values above
         drain_s=drain_s,
     )
     try:

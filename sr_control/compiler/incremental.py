@@ -123,8 +123,8 @@ class Recompiler:
         same = old is not None and (old.listener is l or old.listener == l)
         # What the listener offers changes with the listener, or with the models the file
         # defines (an API that lists none serves every model of its kind).
-        offer = old.offer if same and old.models is models else listener_offer(config, l, models)  # type: ignore[union-attr]
-        if same and (offer is old.offer or offer == old.offer) and changed.isdisjoint(old.served):  # type: ignore[union-attr]
+        offer = old.offer if same and old.models is models else listener_offer(config, l, models)  # type: ignore[union-attr]  # `same` holds only when `old` is set
+        if same and (offer is old.offer or offer == old.offer) and changed.isdisjoint(old.served):  # type: ignore[union-attr]  # `same` holds only when `old` is set
             self.reused += 1
             return old if old.listener is l and old.models is models else _ListenerUnit(l, models, offer, old.served, old.resources)  # type: ignore[union-attr,return-value]
         self.built += 1

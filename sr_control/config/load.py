@@ -120,7 +120,7 @@ class _Problems:
 
     def __call__(self, loc: Loc, message: str, *, at_key: bool = False, severity: str = "error") -> None:
         line, col = self.marked.position(loc, at_key=at_key)
-        self.report.problems.append(Problem(self.report.file, line, col, loc, message, severity))  # type: ignore[arg-type]
+        self.report.problems.append(Problem(self.report.file, line, col, loc, message, severity))  # type: ignore[arg-type]  # severity is 'error' or 'warning', Problem's literals
 
 
 def _current_format(marked: Marked, text: str, file: str, problem: _Problems) -> Marked | None:

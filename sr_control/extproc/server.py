@@ -248,7 +248,7 @@ def _check_port_free(host: str, port: int) -> None:
 
 def _worker_main(settings: SidecarSettings, status_file: str) -> None:
     """A worker process: PROMETHEUS_MULTIPROC_DIR is set, so its metrics land in shared files."""
-    log.configure(os.environ.get("VSR_LOG_LEVEL", "info"), os.environ.get("VSR_LOG_FORMAT", "console"))  # type: ignore[arg-type]
+    log.configure(os.environ.get("VSR_LOG_LEVEL", "info"), os.environ.get("VSR_LOG_FORMAT", "console"))  # type: ignore[arg-type]  # configure refuses an unknown level or format
     worker = Worker(settings, reuse_port=True)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when to stop

@@ -167,7 +167,7 @@ def _request(doc: Mapping[str, Any], reading: Reading, found: Found, loc: Loc, b
         media, media_member = read_media_member(doc["media"], assets, found, loc), "media"
     elif state is not MISSING and media_split(state, assets) is not None:
         if reading.media_rule:
-            media, state = media_split(state, assets)  # type: ignore[misc]
+            media, state = media_split(state, assets)  # type: ignore[misc]  # media_split was just found to split it
             media_member = "state"
         elif reading.legacy:
             found.form("media_array")

@@ -148,7 +148,7 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 
 
 def upstream_error(status: int, headers: Any, body: bytes) -> UpstreamError:
-    return UpstreamError.from_info(decode_error(status, headers, body))  # type: ignore[return-value]
+    return UpstreamError.from_info(decode_error(status, headers, body))  # type: ignore[return-value]  # from_info builds the class it is called on
 
 
 # ---------------------------------------------------------------------------- answers

@@ -204,7 +204,7 @@ class EmbeddingEngine:
             if not 1 <= len(question.labels) <= MAX_OPTIONS:
                 raise InvalidQuestion(f"a set question needs 1 to {MAX_OPTIONS} labels, not {len(question.labels)}")
             labels = [self._relevance(state, NoulQuestion(question.instructions, true=o.label), lead) for o in coded_options(question)]
-            probs = [a.noul for a, _ in labels]  # type: ignore[union-attr]
+            probs = [a.noul for a, _ in labels]  # type: ignore[union-attr]  # _relevance answers a noul question
             threshold = SET_THRESHOLD if question.threshold is None else question.threshold
             return set_answer(question, probs, threshold, composite=True), sum(n for _, n in labels)
         if isinstance(question, ChoiceQuestion):
