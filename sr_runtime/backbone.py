@@ -14,6 +14,7 @@ the recurrent states, while attention layers read a state's K/V in place (shared
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
@@ -212,9 +213,7 @@ class Backbone:
             read_layer=self.read_layer,
             last=last,
         )
-        if self.tail is not None:
-            self.tail.last = last
-        try:
+        with self.tail.reading(last) if self.tail is not None else nullcontext():
             out = self.model.base_model(
                 **self._inputs(questions, qw, media),
                 # The question mask goes to the attention layers through `prefix`; transformers sees the
@@ -225,9 +224,6 @@ class Backbone:
                 use_cache=True,
                 shared_prefix=prefix,
             ).last_hidden_state
-        finally:
-            if self.tail is not None:
-                self.tail.last = None
         if self.tail is not None:
             return out[:, 0]  # [B, 1, hidden]: the last token of each row alone
         return out[torch.arange(len(questions), device=self.device), last]

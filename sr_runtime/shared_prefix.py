@@ -20,7 +20,8 @@ a pass's scores take no more memory than a pass of per-row copies would (see `bl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,6 +179,15 @@ class LastTokenTail:
         modules: tuple[torch.nn.Module, ...] = (decoder.self_attn.o_proj, decoder.post_attention_layernorm, base.norm)
         for module in modules:
             module.register_forward_pre_hook(self._take)
+
+    @contextmanager
+    def reading(self, last: torch.Tensor) -> Iterator[None]:
+        """For one question pass: each row's last token alone after the read layer's attention."""
+        self.last = last
+        try:
+            yield
+        finally:
+            self.last = None
 
     def _take(self, module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
         if self.last is None:

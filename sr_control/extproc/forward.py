@@ -131,7 +131,7 @@ class SystemOne:
         return resolved
 
     def _through_envoy(self, call: Call, member: Member) -> Forward:
-        body, form = self._body_for(call, member)
+        body, form = member_body(call.req, call.sent, member.model)
         self.s.metrics.diagnostics.labels(call.incoming.listener, form).inc()
         call.member = member
         call.tried.add(member.name)
@@ -150,9 +150,6 @@ class SystemOne:
         if body is not None:
             sets.append(("content-type", "application/json"))
         return Forward(cluster=member.cluster, path=member.path(DECISIONS), body=body, set_headers=tuple(sets), remove_headers=tuple(removes))
-
-    def _body_for(self, call: Call, member: Member) -> tuple[bytes | None, str]:
-        return member_body(call.req, call.sent, member.model)
 
     def _authorization(self, incoming: Incoming, member: Member) -> str | None:
         """The member's key as an Authorization value; "" to remove the client's (it was the

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Any
 
 import uvicorn
 
@@ -47,6 +48,16 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def server_config(app: Any) -> uvicorn.Config:
+    # uvloop and httptools: the event loop and HTTP parser in C (measured in docs/runtime/server.md).
+    return uvicorn.Config(app, loop="uvloop", http="httptools", log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5)
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def serve(settings: ServerSettings) -> int:
     """Serve until interrupted; 0 after a clean stop, 2 when the model failed to load."""
     name = check_model(settings.model, settings.max_model_len)
@@ -56,7 +67,7 @@ def serve(settings: ServerSettings) -> int:
     if settings.workers > 1:
         from sr_runtime.server.workers import serve_workers
 
-        return serve_workers(settings, sock, name, None if threads is None else threads.light)
+        return serve_workers(settings, sock, name)
     if threads is not None:
         import torch
 
@@ -67,13 +78,8 @@ def serve(settings: ServerSettings) -> int:
         failed.append(message)
         server.should_exit = True
 
-    app = create_app(settings, on_failure=stop)
-    # uvloop and httptools: the event loop and HTTP parser in C (measured in docs/runtime/server.md).
-    config = uvicorn.Config(app, loop="uvloop", http="httptools", log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
-    host, port = sock.getsockname()[:2]
-    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    log.info("serving", model=name, schema=settings.schema, url=url, auth=settings.api_key is not None, threads=None if threads is None else f"{threads.light}-{threads.heavy}")
+    server = uvicorn.Server(server_config(create_app(settings, on_failure=stop)))
+    log.info("serving", model=name, schema=settings.schema, url=url_of(sock), auth=settings.api_key is not None, threads=None if threads is None else f"{threads.light}-{threads.heavy}")
     server.run(sockets=[sock])
     if failed:
         raise CheckpointError(failed[0])

@@ -27,6 +27,12 @@ log = get_logger("vllm-srun.server")
 Loader = Callable[[], tuple[DecisionEngine, str]]  # the engine, and its release date
 
 
+def load_failure(model: str, exc: Exception) -> str:
+    """The one line that says why ``model`` did not load."""
+    why = str(exc) if isinstance(exc, CheckpointError) else f"cannot load {model}: {type(exc).__name__}: {exc}"
+    return why.splitlines()[0]
+
+
 class Status(str, Enum):
     LOADING = "loading"
     READY = "ready"
@@ -79,8 +85,7 @@ class Runtime:
                 before_round=None if threads is None else RoundThreads(threads),
             )
         except Exception as exc:  # noqa: BLE001 - a failed load is reported, never raised into a thread
-            why = str(exc) if isinstance(exc, CheckpointError) else f"cannot load {self.settings.model}: {type(exc).__name__}: {exc}"
-            self.failure = why.splitlines()[0]
+            self.failure = load_failure(self.settings.model, exc)
             self.status = Status.FAILED
             log.error("model failed to load", model=self.settings.model, error=self.failure)
             self._loaded.set()

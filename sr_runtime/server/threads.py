@@ -53,7 +53,7 @@ class RoundThreads:
     def __call__(self, questions: int) -> None:
         n = self.threads.for_round(questions)
         if n != self.current:
-            import torch  # the server's only torch call; a fake engine's tests never make it
+            import torch  # here: tests of the scheduler with a fake engine never load it
 
             torch.set_num_threads(n)
             self.current = n

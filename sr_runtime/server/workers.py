@@ -30,14 +30,16 @@ from typing import Any
 
 from sr_control.log import configure, get_logger
 from sr_runtime.errors import CheckpointError
+from sr_runtime.server.process import server_config, url_of
 from sr_runtime.server.settings import ServerSettings
+from sr_runtime.server.threads import math_threads
 
 log = get_logger("vllm-srun.server")
 METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 STOP_S = 15.0  # a worker's graceful stop (uvicorn's 5 s, the engine's round) before it is killed
 
 
-def serve_workers(settings: ServerSettings, sock: socket.socket, name: str, threads: int | None) -> int:
+def serve_workers(settings: ServerSettings, sock: socket.socket, name: str) -> int:
     """Run settings.workers processes on ``sock`` until SIGTERM/SIGINT; 0 after a stop, 1 when a
     worker died; CheckpointError when a model failed to load."""
     own_dir = METRICS_DIR not in os.environ
@@ -45,7 +47,7 @@ def serve_workers(settings: ServerSettings, sock: socket.socket, name: str, thre
         os.environ[METRICS_DIR] = tempfile.mkdtemp(prefix="vllm-srun-metrics-")
     context = multiprocessing.get_context("spawn")
     reports: Any = context.Queue()
-    workers = [context.Process(target=_worker, args=(settings, sock, i, threads, reports), name=f"vllm-srun-{i}") for i in range(settings.workers)]
+    workers = [context.Process(target=_worker, args=(settings, sock, i, reports), name=f"vllm-srun-{i}") for i in range(settings.workers)]
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -54,9 +56,8 @@ def serve_workers(settings: ServerSettings, sock: socket.socket, name: str, thre
         failure = _wait_loaded(workers, reports, stop)
         if failure is not None:
             raise CheckpointError(failure)
-        host, port = sock.getsockname()[:2]
-        url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-        log.info("serving", model=name, schema=settings.schema, url=url, auth=settings.api_key is not None, workers=settings.workers, threads=threads)
+        threads = math_threads(settings)
+        log.info("serving", model=name, schema=settings.schema, url=url_of(sock), auth=settings.api_key is not None, workers=settings.workers, threads=None if threads is None else threads.light)
         while not stop.wait(0.5):
             if not all(w.is_alive() for w in workers):
                 log.error("a worker stopped; stopping the others", exit_codes=[w.exitcode for w in workers])
@@ -104,25 +105,25 @@ def _stop(workers: list[Any]) -> None:
             multiprocess.mark_process_dead(worker.pid)
 
 
-def _worker(settings: ServerSettings, sock: socket.socket, index: int, threads: int | None, reports: Any) -> None:
+def _worker(settings: ServerSettings, sock: socket.socket, index: int, reports: Any) -> None:
     """One server process: load the model, say so, then serve until SIGTERM."""
     import uvicorn
 
     from sr_runtime.server.app import create_app, engine_loader
+    from sr_runtime.server.runtime import load_failure
 
     configure()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when to stop
-    if threads is not None:
+    threads = math_threads(settings)
+    if threads is not None:  # before the load: a built-in's ONNX reader takes torch's count
         import torch
 
-        torch.set_num_threads(threads)
+        torch.set_num_threads(threads.light)
     try:
         engine, released = engine_loader(settings)()
     except Exception as exc:  # noqa: BLE001 - reported to the supervisor, which exits 2
-        why = str(exc) if isinstance(exc, CheckpointError) else f"cannot load {settings.model}: {type(exc).__name__}: {exc}"
-        reports.put(why.splitlines()[0])
+        reports.put(load_failure(settings.model, exc))
         return
-    app = create_app(settings, load=lambda: (engine, released))
-    config = uvicorn.Config(app, loop="uvloop", http="httptools", log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5)
+    server = uvicorn.Server(server_config(create_app(settings, load=lambda: (engine, released))))
     reports.put(None)
-    uvicorn.Server(config).run(sockets=[sock])
+    server.run(sockets=[sock])
