@@ -66,7 +66,8 @@ HEALTH = b'{"status": "ready", "ready": true, "api_version": "5.0.0", "model": "
 
 
 def canned_upstream(port: int) -> None:
-    """A vllm-sr/5.0 member that answers at once: /health, /v1/models and a 4-answer decisions reply."""
+    """A vllm-sr/5.0 member that answers at once: /health, /v1/models and a 4-answer decisions
+    reply, which it calls whole as a vllm-srun runtime does (``x-vsr-reply: whole``)."""
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -78,7 +79,9 @@ def canned_upstream(port: int) -> None:
                 if length:
                     await reader.readexactly(length)
                 body = {"/health": HEALTH, "/v1/models": CARD}.get(path, REPLY)
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+                # A runtime's word that its decisions reply answers every question (REPLY does).
+                whole = b"x-vsr-reply: whole\r\n" if body is REPLY else b""
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n%scontent-length: %d\r\n\r\n%s" % (whole, len(body), body))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
@@ -272,7 +275,7 @@ listeners:
 
     def stop(self) -> None:
         for proc in (self.envoy, self.sidecar):
-            if proc is not None:
+            if proc is not None and proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(30)
         self.plane.stop()
@@ -298,14 +301,14 @@ def main() -> None:
         directory = Path(tmp)
         bare = Stack(directory, "bare", url, None, echo_port)
         ours = Stack(directory, "ours", url, [], free_port())
+        direct = Stack(directory, "direct", url, ["--forwarding", "sidecar"], free_port())
         try:
             n = args.requests
-            assert ours.sidecar is not None and bare.envoy is not None and echo.pid is not None
-            (bare_ms, ours_ms), (bare_cpu, ours_cpu) = interleaved([(bare.port, [echo.pid]), (ours.port, [ours.sidecar.pid])], n)
-            ours.start_sidecar(["--forwarding", "sidecar"])
-            assert ours.sidecar is not None
-            (direct_ms,), (direct_cpu,) = interleaved([(ours.port, [ours.sidecar.pid])], n)
-            print(f"4-question request through Envoy, {n} sequential requests (in 5 alternating rounds, each after a warm-up); canned member")
+            assert ours.sidecar is not None and direct.sidecar is not None and echo.pid is not None
+            stacks = [(bare.port, [echo.pid]), (ours.port, [ours.sidecar.pid]), (direct.port, [direct.sidecar.pid])]
+            (bare_ms, ours_ms, direct_ms), (bare_cpu, ours_cpu, direct_cpu) = interleaved(stacks, n)
+            direct.stop()
+            print(f"4-question request through Envoy, {n} sequential requests (in 5 rounds, the three stacks taking turns, each after a warm-up); canned member")
             print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
             print(f"{'':38s} {'p50 ms':>8s} {'p99 ms':>8s} {'p50 added':>10s} {'p99 added':>10s} {'ext_proc CPU ms/req':>20s}")
             rows = (("bare ext_proc (names the cluster)", bare_ms, bare_cpu), ("sidecar, Envoy forwards", ours_ms, ours_cpu), ("sidecar, calls the member itself", direct_ms, direct_cpu))
@@ -322,8 +325,8 @@ def main() -> None:
                 ours.wait_routes()
                 print(f"  sidecar, {workers} worker{'s' if workers > 1 else ' '}:          {throughput(ours.port, args.seconds):8.0f} req/s")
         finally:
-            ours.stop()
-            bare.stop()
+            for stack in (direct, ours, bare):
+                stack.stop()
         whole_path(directory, args.requests // 4)
     upstream.terminate()
     echo.terminate()

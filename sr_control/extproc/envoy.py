@@ -8,7 +8,10 @@ sends back. Every quirk of the protocol lives here, each with the reason (measur
   from the headers and answers 503 (no cluster);
 - a body that changes size needs its ``content-length`` set too, else Envoy answers 500;
 - ``:status`` may be changed in a response phase, and an immediate response may be sent in any
-  phase: Envoy then answers with it and skips the rest (both checked against Envoy 1.40).
+  phase: Envoy then answers with it and skips the rest (both checked against Envoy 1.40);
+- a headers answer may carry ``mode_override`` (the listener sets ``allow_mode_override``):
+  ``response_body_mode: NONE`` in the response-headers answer lets the reply's body go to the
+  client without a response-body phase (a body answer's override is ignored).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
@@ -103,6 +107,24 @@ def immediate(a: Answer) -> pb.ProcessingResponse:
     return out
 
 
+def pass_response(set_headers: Iterable[tuple[str, str]], remove_headers: Iterable[str] = ()) -> pb.ProcessingResponse:
+    """The response-headers answer that lets the upstream's reply through as it is: these header
+    changes, and no response-body phase for this request."""
+    out = pb.ProcessingResponse()
+    mutation = out.response_headers.response.header_mutation
+    _set(mutation, set_headers)
+    mutation.remove_headers.extend(remove_headers)
+    out.mode_override.response_body_mode = processing_mode_pb2.ProcessingMode.NONE
+    return out
+
+
+def continue_response(remove_headers: Iterable[str]) -> pb.ProcessingResponse:
+    """Go on to the response body, without these upstream headers."""
+    out = pb.ProcessingResponse()
+    out.response_headers.response.header_mutation.remove_headers.extend(remove_headers)
+    return out
+
+
 def replace_response(a: Answer, upstream_status: int, upstream_body: bytes) -> pb.ProcessingResponse:
     """The response-body answer that puts ``a`` in place of the upstream's answer: its headers
     and status, and its body unless that is, byte for byte, the upstream's own."""
@@ -125,9 +147,11 @@ __all__ = [
     "CONTINUE_RESPONSE_HEADERS",
     "Answer",
     "Forward",
+    "continue_response",
     "forward",
     "forward_headers",
     "headers_of",
     "immediate",
+    "pass_response",
     "replace_response",
 ]

@@ -5,7 +5,9 @@
                       answer listings at once
     request_body      System One: read, choose, forward or answer (forward.py);
                       LLM APIs: pick the provider by ``model`` (llm.py)
-    response_headers  a failed member is replaced by another (fail-over), else go on
+    response_headers  a failed member is replaced by another (fail-over); a reply the member
+                      calls whole that is the client's answer as it is goes through unread;
+                      else go on
     response_body     the member's reply in the client's schema
 
 The servicer only moves messages: what to do with each is the handlers'. Errors meet one
@@ -34,6 +36,7 @@ from sr_control.extproc.incoming import Incoming, Sidecar
 from sr_control.extproc.listing import listing
 from sr_control.log import get_logger
 from sr_control.systemone import ProtocolError
+from sr_control.systemone.replies import WHOLE_REPLY, WHOLE_REPLY_HEADER
 
 LISTING_API = "models"
 VERSION_HEADER = "x-vsr-config-version"
@@ -146,7 +149,15 @@ class Exchange:
         self.call.member = None  # its call is over (and counted)
         if answer is not None:
             return self._immediate(answer)
-        return envoy.CONTINUE_RESPONSE_HEADERS
+        if WHOLE_REPLY_HEADER not in headers:
+            return envoy.CONTINUE_RESPONSE_HEADERS
+        if status == 200 and headers[WHOLE_REPLY_HEADER] == WHOLE_REPLY and self.call.codec.takes_whole(self.call.req):
+            # The member's reply is the client's answer byte for byte: Envoy sends it on as it
+            # comes, and the body is never read here (one message fewer).
+            self.status = 200
+            self.done = True
+            return envoy.pass_response(self._stamped(Answer(200, (), b"")).headers, (WHOLE_REPLY_HEADER,))
+        return envoy.continue_response((WHOLE_REPLY_HEADER,))
 
     def _response_body(self, body: bytes) -> pb.ProcessingResponse:
         if self.call is None:

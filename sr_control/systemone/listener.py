@@ -38,6 +38,7 @@ from sr_control.systemone.replies import (
     listing_doc,
     reply_as_sent,
     reply_doc,
+    takes_whole,
 )
 from sr_control.systemone.writing import internal_body, renames
 
@@ -113,6 +114,10 @@ class ListenerCodec:
         if as_sent is not None:
             return as_sent
         return dumpb_content(reply_doc(decode_reply(reply, req.ir), req.ir, req.endpoint, self.flavour))
+
+    def takes_whole(self, req: ClientRequest) -> bool:
+        """A whole decisions reply (``x-vsr-reply: whole``) is the answer to ``req`` as it is."""
+        return takes_whole(req.ir, self.flavour)
 
     def answer_error(self, error: ProtocolError | ErrorInfo, req: ClientRequest | None = None) -> HttpAnswer:
         info = error.info if isinstance(error, ProtocolError) else error

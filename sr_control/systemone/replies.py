@@ -213,6 +213,36 @@ def reply_as_sent(body: bytes, ir: Request | Batch, endpoint: Endpoint, flavour:
     return dumps_layout(body)
 
 
+# A vllm-sr/5.0 runtime's word on its /v1/decisions reply that the reply is whole: it answers
+# every question of its one request, none with an error, under a model name and with usage, in
+# the internal form's layout (model, answers, usage first; json.dumps spacing). A listener for
+# which ``takes_whole`` holds answers such a reply with its bytes as they are, so the sidecar can
+# let it through without reading it (Envoy then never sends it the body).
+WHOLE_REPLY_HEADER = "x-vsr-reply"
+WHOLE_REPLY = "whole"
+
+
+def is_whole(reply: Reply, ir: Request | Batch) -> bool:
+    """Whether ``reply`` (a runtime's own answers to ``ir``) is whole: see WHOLE_REPLY_HEADER."""
+    if not isinstance(ir, Request):
+        return False
+    result = reply.items.get("")
+    if result is None or result.error is not None or result.usage is None or not (result.model or ir.model):
+        return False
+    for q_id, question in ir.questions.items():
+        answer = result.answers.get(q_id)
+        if question.problem is not None or not isinstance(answer, dict) or "error" in answer:
+            return False
+    return True
+
+
+def takes_whole(ir: Request | Batch, flavour: Flavour) -> bool:
+    """Whether a whole reply to ``ir`` is this listener's answer byte for byte (``reply_as_sent``
+    gives it back unchanged): one request, no question with a problem the listener found itself,
+    and a flavour that keeps every member the reply has."""
+    return flavour != "standard" and isinstance(ir, Request) and all(q.problem is None for q in ir.questions.values())
+
+
 def reply_doc(reply: Reply, ir: Request | Batch, endpoint: Endpoint, flavour: Flavour) -> JsonObject:
     """The client's answer; on /v1/systemone a failed question raises QuestionFailed instead."""
     inline_errors = endpoint == "decisions"

@@ -38,6 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sr_control.systemone import ClientRequest, DeadlineExceeded, DetailItem, HttpAnswer, NotServed, ValidationFailed
 from sr_control.log import get_logger
 from sr_control.systemone.generated.runtime_fields import RUNTIME_CONTRACT
+from sr_control.systemone.replies import WHOLE_REPLY, WHOLE_REPLY_HEADER, is_whole
 from sr_runtime.server.auth import check_key
 from sr_runtime.server.body import check_parts, read_body
 from sr_runtime.server.bridge import EnginePlan, to_engine, to_reply
@@ -84,7 +85,10 @@ async def answer(request: HttpRequest) -> Response:
         outcome = await _answered(scheduler, plan, req.ir.deadline_ms, arrived)
         meta = _meta(outcome)
         reply = to_reply(plan, outcome.results if outcome else [], model.name, meta, legacy=req.schema == "vllm-sr/4.0")
-        return Response(rt.codec.answer_success(req, reply), 200, media_type="application/json")
+        # Said of /v1/decisions replies, where a question may fail inside a 200: a sidecar in
+        # front need not read a reply that is whole (replies.WHOLE_REPLY_HEADER).
+        whole = {WHOLE_REPLY_HEADER: WHOLE_REPLY} if req.endpoint == "decisions" and is_whole(reply, req.ir) else None
+        return Response(rt.codec.answer_success(req, reply), 200, headers=whole, media_type="application/json")
     except ClientDisconnect:
         return Response(status_code=CLIENT_CLOSED)  # nobody reads it; the metrics count it as such
     except Exception as exc:  # noqa: BLE001 - every error is answered, in one place

@@ -106,6 +106,37 @@ def test_batches_and_decisions_through_a_5_0_listener(world: World) -> None:
     assert answers["ok"]["type"] == "noul" and answers["bad"]["error"]
 
 
+def _messages_to_sidecar(world: World) -> int:
+    """Envoy's count of ext_proc messages it sent, over every listener."""
+    stats = json.loads(world.envoy.admin("/stats?format=json&filter=ext_proc\\.stream_msgs_sent$"))["stats"]
+    return sum(int(s["value"]) for s in stats)
+
+
+def test_a_whole_reply_goes_through_unread_and_any_other_is_read(world: World) -> None:
+    """A runtime's reply that answers every question (``x-vsr-reply: whole``) reaches the client
+    without a response-body phase: three messages to the sidecar instead of four, and the same
+    answer. A reply with a failed question, or to a batch, is still read and re-encoded."""
+
+    def messages(listener: str, path: str, body: dict) -> tuple[int, int, dict]:
+        before = _messages_to_sidecar(world)
+        reply = world.post(listener, path, body)
+        wait_for(lambda: _messages_to_sidecar(world) > before, what="Envoy's ext_proc counters")
+        return _messages_to_sidecar(world) - before, reply.status, reply.json()
+
+    count, status, doc = messages("v50", "/v1/systemone", {**SEED, "model": "tiny"})
+    assert (count, status) == (3, 200) and doc == direct(world, "full", SEED)
+    count, status, doc = messages("v40", "/v1/systemone", {"model": "tiny", "state": {"request": "The app crashes"}, "questions": {"urgent": NOUL}})
+    assert (count, status) == (3, 200) and 0 <= doc["answers"]["urgent"]["noul"] <= 1
+    # A question that failed: on /v1/decisions its error stays in the 200, so the reply is read.
+    failing = {"model": "tiny", "state": STATE, "roles": None, "questions": {"ok": NOUL, "bad": {"type": "score", "criteria": ["only one"]}}}
+    count, status, doc = messages("v50", "/v1/decisions", failing)
+    assert (count, status) == (4, 200) and doc["answers"]["bad"]["error"]
+    # A batch is answered in the batch's own shape, written here.
+    batch = {"model": "tiny", "requests": {"a": SEED, "b": SEED}}
+    count, status, doc = messages("v50", "/v1/systemone/batch", batch)
+    assert (count, status) == (4, 200) and list(doc["responses"]) == ["a", "b"]
+
+
 def test_the_official_sdk_on_a_5_0_listener(world: World) -> None:
     with TypeSafeClient(api_key="unused", base_url=world.url("v50"), retry=RetryPolicy(max_retries=0)) as client:
         r = client.system_one(

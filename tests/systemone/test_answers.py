@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sr_control.systemone import REGISTRY, ClientRequest
-from sr_control.systemone.jsontext import dumps, stdlib_loads
-from sr_control.systemone.replies import decode_reply, reply_doc
+from sr_control.systemone import REGISTRY, ClientRequest, ItemResult, Reply, Request
+from sr_control.systemone.jsontext import JsonObject, dumps, stdlib_loads
+from sr_control.systemone.replies import decode_reply, is_whole, reply_doc
 from tests.systemone.inputs import json_values
 
 LISTENERS = {s: REGISTRY.listener(s) for s in ("vllm-sr/5.0", "vllm-sr/4.0", "systemone/0.2")}
@@ -120,3 +120,45 @@ def test_a_runtimes_reply_is_sent_back_as_it_came(req: ClientRequest) -> None:
     for layout in ({}, {"separators": (",", ":")}):
         body = json.dumps(RUNTIME_REPLY, **layout).encode()  # type: ignore[arg-type]
         assert answered(req, body) == reference(req, body) == json.dumps(RUNTIME_REPLY).encode()
+
+
+# ---------------------------------------------------------------------------- whole replies
+
+RUNTIME = LISTENERS["vllm-sr/5.0"]  # a vllm-srun runtime reads /v1/decisions with its own codec
+
+
+@st.composite
+def runtime_results(draw: st.DrawFn, ids: list[str]) -> Reply:
+    """A runtime's own answers to questions ``ids``: now and then one missing, failed or null,
+    a model name or usage missing, members beside the answers."""
+    answers: list[tuple[str, Any]] = []
+    for q_id in ids:
+        kind = draw(st.integers(0, 12))
+        if kind == 12:
+            continue
+        answers.append((q_id, draw(error) if kind == 11 else None if kind == 10 else {"type": "noul", "noul": draw(st.floats(0, 1))}))
+    if draw(st.integers(0, 5)) == 5:
+        answers.append(("team.billing", {"type": "noul", "noul": 0.5}))  # a derived id (a set's label)
+    usage = None if draw(st.integers(0, 7)) == 7 else JsonObject(input_tokens=draw(st.integers(0, 9999)), output_tokens=0)
+    extras = JsonObject(meta=JsonObject(ms=draw(st.integers(0, 99)))) if draw(st.booleans()) else JsonObject()
+    model = draw(st.sampled_from(["d3", "d3", "d3", ""]))
+    return Reply({"": ItemResult(JsonObject(answers), usage, extras, model or None)}, model or None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.sampled_from(range(len(REQUESTS))))
+def test_fuzz_a_whole_reply_is_the_listeners_answer_byte_for_byte(data: st.DataObject, which: int) -> None:
+    """What lets the sidecar send a reply on unread (``x-vsr-reply: whole``): whenever the runtime
+    calls its reply whole and the client's listener takes whole replies, reading and re-encoding
+    the reply gives back its very bytes."""
+    req = REQUESTS[which]
+    member = RUNTIME.read("/v1/decisions", req.upstream_body("d3"))
+    ids = list(member.ir.questions) if isinstance(member.ir, Request) else []
+    reply = data.draw(runtime_results(ids))
+    if not (isinstance(member.ir, Request) and is_whole(reply, member.ir)):
+        return
+    body = RUNTIME.answer_success(member, reply)
+    codec = LISTENERS[req.schema]
+    if codec.takes_whole(req):
+        assert codec.answer_success(req, body) == body
+    assert answered(req, body) == reference(req, body)
