@@ -36,7 +36,7 @@ from sr_control.systemone.client import CLIENTS, Policy, Target, WireReply
 from sr_control.systemone.errors import ErrorInfo, UnsupportedCapability
 from sr_control.systemone.ir import frozen_map, items
 from sr_control.systemone.listener import LISTENERS
-from sr_control.systemone.replies import decode_error, decode_reply
+from sr_control.systemone.replies import WHOLE_REPLY, WHOLE_REPLY_HEADER, decode_error, decode_reply
 from sr_control.systemone.writing import internal_body
 
 # Statuses after which another member may well answer: overloaded, unavailable, a gateway's.
@@ -207,6 +207,8 @@ class SystemOne:
             try:
                 if member.schema == "vllm-sr/5.0":
                     answered, failure = await self._call_runtime(call, member, sub)
+                    if isinstance(answered, bytes):
+                        return Answer(200, _JSON, answered)  # whole, and the client's answer as it is
                 else:
                     answered, failure = await self._call_standard(call, member, sub)
             except KeysUnavailable as exc:
@@ -230,8 +232,10 @@ class SystemOne:
         except ProtocolError as exc:
             return error_answer(call.codec, exc, call.req)
 
-    async def _call_runtime(self, call: Call, member: Member, sub: Request | Batch) -> tuple[dict[str, ItemResult], ErrorInfo | None]:
-        """One /v1/decisions call to a vllm-sr/5.0 member: every item answered, or a failure."""
+    async def _call_runtime(self, call: Call, member: Member, sub: Request | Batch) -> tuple[dict[str, ItemResult] | bytes, ErrorInfo | None]:
+        """One /v1/decisions call to a vllm-sr/5.0 member: every item answered, or a failure; or,
+        when the member calls its reply to the whole request whole and that is the client's
+        answer as it is (``x-vsr-reply``), the reply's own bytes, never read."""
         headers = [("content-type", "application/json"), ("x-request-id", call.incoming.request_id)]
         key = upstream_key(member.api_key_env)
         if key is not None:
@@ -242,6 +246,8 @@ class SystemOne:
         if isinstance(reply, ErrorInfo):
             return {}, reply
         names = [name for name, _ in items(sub)]
+        if reply.status == 200 and sub is call.req.ir and (WHOLE_REPLY_HEADER, WHOLE_REPLY) in reply.headers and call.codec.takes_whole(call.req):
+            return reply.body, None
         if reply.status == 200:
             try:
                 decoded = decode_reply(reply.body, sub)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -55,14 +56,14 @@ json_values = st.recursive(
 )
 
 
-def sidecar() -> tuple[SystemOne, Incoming]:
-    data = data_of(CONFIG, "edge")
+def sidecar(config: str = CONFIG, forwarding: str = "envoy") -> tuple[SystemOne, Incoming]:
+    data = data_of(config, "edge")
     http = Http()
     cards = CardBook(http)
     member = data.members["d3"]
     card = Card(frozenset({"noul", "choice", "score"}), frozenset({"text"}), limits=Limits(255, None, 2, 10, 16384), contract="5.0.0")
     cards._states[cards._key(member)] = CardState(card, fetched_at=time.monotonic() + 1e9)  # as if just fetched
-    side = Sidecar(SidecarSettings(), VersionStore(), cards, Pool(cards), http, KeyRing(), Metrics())
+    side = Sidecar(SidecarSettings(forwarding=forwarding), VersionStore(), cards, Pool(cards), http, KeyRing(), Metrics())  # type: ignore[arg-type]
     incoming = Incoming("edge", "systemone", data, "POST", "/v1/systemone", {"content-type": "application/json"}, "req-1")
     return SystemOne(side), incoming
 
@@ -101,3 +102,50 @@ def test_any_json_a_member_sends_is_answered_never_the_sidecars_500(reply: Any) 
         assert body["code"] == "question_failed", body
     if answer.status != 200:
         assert body["detail"]["error_type"] in ("upstream_error", "unknown")
+
+
+def test_the_sidecars_own_call_sends_a_whole_reply_on_as_it_came_and_reads_any_other() -> None:
+    """With ``--forwarding sidecar`` the sidecar calls the member itself. A reply the member calls
+    whole (``x-vsr-reply: whole``) is the client's answer byte for byte, so its own bytes (here,
+    compact JSON) go back unread; the same reply without that word is read and written anew (in
+    json.dumps' layout). A batch is always written anew, in the batch's own shape."""
+    compact = json.dumps(json.loads(GOOD), separators=(",", ":")).encode()
+
+    async def main() -> list[bytes]:
+        replies = [True, False]
+
+        async def member(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while not reader.at_eof():
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    return  # the sidecar closed its connection
+                length = next(int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:"))
+                asked = json.loads(await reader.readexactly(length))
+                # Said of every reply, a batch's too: the sidecar must not take a batch's on trust.
+                whole = b"x-vsr-reply: whole\r\n" if (replies.pop(0) if replies else True) else b""
+                body = compact if "requests" not in asked else b'{"model":"d3","responses":{"a":%s},"usage":{"input_tokens":20,"output_tokens":0}}' % compact
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n%scontent-length: %d\r\n\r\n%s" % (whole, len(body), body))
+
+        server = await asyncio.start_server(member, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        systemone, incoming = sidecar(CONFIG.replace("127.0.0.1:9", f"127.0.0.1:{port}"), forwarding="sidecar")
+        try:
+            bodies = []
+            for body in (REQUEST, REQUEST):
+                answer, _ = await systemone.read(incoming, body)
+                assert answer.status == 200  # type: ignore[union-attr]
+                bodies.append(answer.body)  # type: ignore[union-attr]
+            batch = json.dumps({"model": "d3", "requests": {"a": json.loads(REQUEST)}}).encode()
+            answer, _ = await systemone.read(replace(incoming, path="/v1/systemone/batch"), batch)
+            bodies.append(answer.body)  # type: ignore[union-attr]
+            return bodies
+        finally:
+            await systemone.s.http.close()
+            server.close()
+            await server.wait_closed()
+
+    unread, read, batch = asyncio.run(main())
+    assert unread == compact
+    assert read == json.dumps(json.loads(GOOD)).encode()
+    assert batch == json.dumps({"model": "d3", "responses": {"a": json.loads(GOOD)}, "usage": {"input_tokens": 20, "output_tokens": 0}}).encode()
