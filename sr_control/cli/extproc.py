@@ -39,7 +39,7 @@ def serve(
     node_id: Annotated[str, typer.Option(help="Node ID in the control plane's /status (default: vllm-sr-sidecar/HOST/PID).")] = "",
     version_wait_ms: Annotated[int, typer.Option(help="How long a request waits for a config version the sidecar has not received; then 503 with Retry-After.", min=0, max=60_000)] = 1_000,
     card_refresh_s: Annotated[float, typer.Option(help="Seconds between refreshes of each member's model card.", min=0.1)] = 30.0,
-    forwarding: Annotated[str, typer.Option(help="envoy: Envoy forwards each request to the chosen member; sidecar: the sidecar makes every upstream call itself.")] = "envoy",
+    forwarding: Annotated[str, typer.Option(help="Who calls a vllm-sr/5.0 member. auto: Envoy where its cluster balances several hosts (a Kubernetes Service's pods), else the sidecar; envoy: always Envoy; sidecar: always the sidecar.")] = "auto",
     drain_s: Annotated[float, typer.Option(help="On SIGTERM, how long open requests may take to finish.", min=0.0)] = 10.0,
 ) -> None:
     """Serve ext_proc for Envoy, with the data of the listeners it serves from the control plane.
@@ -47,8 +47,8 @@ def serve(
     Each request is read in its listener's schema, routed to a pool member able to answer it,
     and answered in the client's schema. Runs until SIGTERM or Ctrl-C, then drains.
     """
-    if forwarding not in ("envoy", "sidecar"):
-        raise typer.BadParameter("envoy or sidecar", param_hint="--forwarding")
+    if forwarding not in ("auto", "envoy", "sidecar"):
+        raise typer.BadParameter("auto, envoy or sidecar", param_hint="--forwarding")
     settings = SidecarSettings(
         xds=str(xds),
         host=host,

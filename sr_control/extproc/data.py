@@ -47,6 +47,9 @@ class Member:
     max_concurrency: int = 8
     declared: Declared | None = None
     api_key_env: str | None = None
+    # Envoy's cluster for it balances several hosts: a Kubernetes Service's ready pods (EDS) or
+    # several endpoints. ``--forwarding auto`` lets Envoy forward to such a member.
+    several_hosts: bool = False
 
     @property
     def origin(self) -> str:
@@ -163,6 +166,7 @@ def _read(p: Mapping[str, Any], version: str, received_at: float) -> ListenerDat
             max_concurrency=int(d.get("max_concurrency", 8)),
             declared=_declared(d.get("capabilities")),
             api_key_env=d.get("api_key_env"),
+            several_hosts="service" in d,
         )
     providers: dict[str, Provider] = {}
     for name, d in (p.get("providers") or {}).items():
@@ -175,6 +179,7 @@ def _read(p: Mapping[str, Any], version: str, received_at: float) -> ListenerDat
                 schema=str(d.get("schema") or "systemone/0.2"),
                 endpoints=tuple(str(e) for e in d["endpoints"]),
                 api_key_env=d.get("api_key_env"),
+                several_hosts=len(d["endpoints"]) > 1,
             )
         else:
             providers[name] = Provider(name, str(d["cluster"]), api, str(d.get("path", "/")).rstrip("/"), d.get("api_key_env"))

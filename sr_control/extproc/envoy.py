@@ -24,6 +24,8 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+# The dynamic metadata namespace the listener accepts from the sidecar (listener.yaml).
+METADATA_NAMESPACE = "vllm-sr"
 
 # Answers that carry nothing: built once, sent as they are (grpc serializes, never mutates).
 CONTINUE_REQUEST_HEADERS = pb.ProcessingResponse(request_headers=pb.HeadersResponse())
@@ -41,6 +43,7 @@ class Forward:
     body: bytes | None = None  # a new body (None: the client's, unchanged)
     set_headers: tuple[tuple[str, str], ...] = ()
     remove_headers: tuple[str, ...] = ()
+    member: str | None = None  # for the access log: the member it goes to
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,12 @@ def _set(mutation: pb.HeaderMutation, headers: Iterable[tuple[str, str]]) -> Non
         option.header.raw_value = v.encode("latin-1")
 
 
+def _name_member(out: pb.ProcessingResponse, member: str | None) -> None:
+    """The member that answers, in the request's dynamic metadata (the access log's ``member``)."""
+    if member:
+        out.dynamic_metadata.fields[METADATA_NAMESPACE].struct_value.fields["member"].string_value = member
+
+
 def forward(f: Forward, cluster_header: str) -> pb.ProcessingResponse:
     """The request-body answer that sends the request on, as ``f`` says."""
     sets = list(f.set_headers)
@@ -82,6 +91,7 @@ def forward(f: Forward, cluster_header: str) -> pb.ProcessingResponse:
     if f.body is not None:
         common.body_mutation.body = f.body
     common.clear_route_cache = f.cluster is not None
+    _name_member(out, f.member)
     return out
 
 
@@ -98,8 +108,9 @@ def forward_headers(f: Forward, cluster_header: str) -> pb.ProcessingResponse:
     return out
 
 
-def immediate(a: Answer) -> pb.ProcessingResponse:
+def immediate(a: Answer, member: str | None = None) -> pb.ProcessingResponse:
     out = pb.ProcessingResponse()
+    _name_member(out, member)
     immediate = out.immediate_response
     immediate.status.code = a.status
     _set(immediate.headers, a.headers)

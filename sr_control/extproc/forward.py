@@ -62,6 +62,7 @@ class Call:
     deadline_ms: int
     member: Member | None = None  # the member Envoy was asked to forward to
     tried: set[str] = field(default_factory=set)
+    answered_by: str | None = None  # the member whose answer the client gets (the last, if several)
     sent: bytes = b""  # the client's JSON body as it came (b"" for a multipart body)
 
 
@@ -116,9 +117,17 @@ class SystemOne:
         deadline = min(d for d in (req.ir.deadline_ms, offer.max_deadline_ms, DEFAULT_DEADLINE_MS) if d is not None)
         call = Call(incoming, codec, req, ranking, deadline, sent=b"" if multipart else body)
         first = ranking.capable[0]
-        if first.schema == "vllm-sr/5.0" and self.s.settings.forwarding == "envoy":
+        if first.schema == "vllm-sr/5.0" and self._envoy_forwards(first):
             return self._through_envoy(call, first), call
         return await self._answer_directly(call, ranking.capable), call
+
+    def _envoy_forwards(self, member: Member) -> bool:
+        """Whether Envoy takes the request to ``member`` (else the sidecar calls it). ``auto``:
+        Envoy where its cluster balances several hosts (per pod, with health checks and
+        ejection); a member of one host the sidecar calls itself, one ext_proc message and
+        Envoy's upstream work fewer (docs/extproc/flow.md)."""
+        forwarding = self.s.settings.forwarding
+        return forwarding == "envoy" or (forwarding == "auto" and member.several_hosts)
 
     def _resolve(self, incoming: Incoming, ir: Request | Batch) -> tuple[str, tuple[Member, ...]]:
         asked = ir.model if ir.model is not None else next((r.model for _, r in items(ir) if r.model is not None), None)
@@ -149,7 +158,7 @@ class SystemOne:
             removes.append("authorization")
         if body is not None:
             sets.append(("content-type", "application/json"))
-        return Forward(cluster=member.cluster, path=member.path(DECISIONS), body=body, set_headers=tuple(sets), remove_headers=tuple(removes))
+        return Forward(cluster=member.cluster, path=member.path(DECISIONS), body=body, set_headers=tuple(sets), remove_headers=tuple(removes), member=member.name)
 
     def _authorization(self, incoming: Incoming, member: Member) -> str | None:
         """The member's key as an Authorization value; "" to remove the client's (it was the
@@ -208,6 +217,7 @@ class SystemOne:
                 if member.schema == "vllm-sr/5.0":
                     answered, failure = await self._call_runtime(call, member, sub)
                     if isinstance(answered, bytes):
+                        call.answered_by = member.name
                         return Answer(200, _JSON, answered)  # whole, and the client's answer as it is
                 else:
                     answered, failure = await self._call_standard(call, member, sub)
@@ -216,6 +226,8 @@ class SystemOne:
             except UnsupportedCapability as exc:
                 answered, failure = {}, exc.info  # what the target cannot carry; another may
             results.update(answered)
+            if answered:
+                call.answered_by = member.name
             pending = [n for n in pending if n not in answered]
             if failure is not None:
                 last = failure
@@ -240,9 +252,13 @@ class SystemOne:
         key = upstream_key(member.api_key_env)
         if key is not None:
             headers.append(("authorization", f"Bearer {key}"))
-        body = internal_body(sub, member.model)
-        self.s.metrics.diagnostics.labels(call.incoming.listener, "convert").inc()
-        reply = await self._post(member, member.origin + member.path(DECISIONS), body, headers, call)
+        body, form = member_body(call.req, call.sent, member.model) if sub is call.req.ir else (internal_body(sub, member.model), "convert")
+        self.s.metrics.diagnostics.labels(call.incoming.listener, form).inc()
+        # At most max_concurrency calls open to it, as Envoy's circuit breaker allows: the rest
+        # wait their turn, within the deadline.
+        with self.s.pool.calling(member):
+            async with self.s.pool.gate(member):
+                reply = await self._post(member, member.origin + member.path(DECISIONS), call.sent if body is None else body, headers, call)
         if isinstance(reply, ErrorInfo):
             return {}, reply
         names = [name for name, _ in items(sub)]

@@ -172,7 +172,7 @@ class Exchange:
     def _immediate(self, answer: Answer) -> pb.ProcessingResponse:
         self.status = answer.status
         self.done = True
-        return envoy.immediate(self._stamped(answer))
+        return envoy.immediate(self._stamped(answer), self.call.answered_by if self.call is not None else None)
 
     def _stamped(self, answer: Answer) -> Answer:
         """Which config version answered: an operator can tell the versions apart during an edit."""

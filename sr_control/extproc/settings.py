@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Forwarding = Literal["envoy", "sidecar"]
+Forwarding = Literal["auto", "envoy", "sidecar"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,10 +23,12 @@ class SidecarSettings:
     version_wait_ms: int = 1_000  # how long a request waits for a config version not yet received
     card_refresh_s: float = 30.0
     card_timeout_s: float = 2.0
-    # envoy: Envoy forwards each request to the member's cluster, the sidecar calls members
-    # itself only to fail over and for systemone/0.2 targets. sidecar: the sidecar makes every
-    # upstream call (docs/extproc/flow.md measures both).
-    forwarding: Forwarding = "envoy"
+    # Who calls a vllm-sr/5.0 member (docs/extproc/flow.md measures both). envoy: Envoy forwards
+    # to the member's cluster, the sidecar calling members itself only to fail over and for
+    # systemone/0.2 targets. sidecar: the sidecar makes every upstream call. auto: Envoy
+    # forwards to a member whose cluster balances several hosts (a Kubernetes Service's pods,
+    # several endpoints); the sidecar calls a member of one host itself.
+    forwarding: Forwarding = "auto"
     drain_s: float = 10.0  # on SIGTERM: how long open streams may take to finish
 
     @property

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typesafe_sdk import Choice, Image, Noul, RetryPolicy, Score, TypeSafeBadRequestError, TypeSafeClient
 
-from tests.e2e.envoy_proc import wait_for
+from tests.e2e.envoy_proc import Envoy, free_port, wait_for
 from tests.e2e.http_client import request
-from tests.extproc.harness import World, close, metric
+from tests.extproc.harness import Plane, SidecarProc, World, close, envoy_for, metric
 
 pytestmark = pytest.mark.envoy
 
@@ -33,11 +34,11 @@ def test_the_seed_002_curl_through_a_5_0_listener_answers_as_the_runtime_does(wo
     # One request id end to end, under both names the clients read.
     assert reply.headers["x-request-id"] and reply.headers["x-typesafe-request-id"] == reply.headers["x-request-id"]
     assert reply.headers["x-vsr-config-version"] == world.plane_sidecar_version("v50")
-    # Envoy's access log line for it: the path the client asked for, the member's cluster.
+    # Envoy's access log line for it: the path the client asked for, the member that answered.
     request_id = reply.headers["x-request-id"]
     wait_for(lambda: request_id in world.envoy.log.read_text(), what="the access log line")
     (line,) = [json.loads(l) for l in world.envoy.log.read_text().splitlines() if request_id in l]
-    assert line["path"] == "/v1/systemone" and line["status"] == 200 and line["upstream_cluster"] in ("deployment/full", "deployment/backup")
+    assert line["path"] == "/v1/systemone" and line["status"] == 200 and line["member"] in ("full", "backup")
 
 
 def test_no_model_and_jev_latest_mean_the_listeners_first_model(world: World) -> None:
@@ -106,35 +107,65 @@ def test_batches_and_decisions_through_a_5_0_listener(world: World) -> None:
     assert answers["ok"]["type"] == "noul" and answers["bad"]["error"]
 
 
-def _messages_to_sidecar(world: World) -> int:
+def _messages_to_sidecar(envoy: Envoy) -> int:
     """Envoy's count of ext_proc messages it sent, over every listener."""
-    stats = json.loads(world.envoy.admin("/stats?format=json&filter=ext_proc\\.stream_msgs_sent$"))["stats"]
+    stats = json.loads(envoy.admin("/stats?format=json&filter=ext_proc\\.stream_msgs_sent$"))["stats"]
     return sum(int(s["value"]) for s in stats)
 
 
-def test_a_whole_reply_goes_through_unread_and_any_other_is_read(world: World) -> None:
-    """A runtime's reply that answers every question (``x-vsr-reply: whole``) reaches the client
-    without a response-body phase: three messages to the sidecar instead of four, and the same
-    answer. A reply with a failed question, or to a batch, is still read and re-encoded."""
+def _messages(envoy: Envoy, port: int, path: str, body: dict) -> tuple[int, int, dict]:  # type: ignore[type-arg]
+    """How many ext_proc messages Envoy sent the sidecar for one request, and the answer."""
+    before = _messages_to_sidecar(envoy)
+    reply = request(port, "POST", path, json.dumps(body).encode(), {"content-type": "application/json"})
+    wait_for(lambda: _messages_to_sidecar(envoy) > before, what="Envoy's ext_proc counters")
+    return _messages_to_sidecar(envoy) - before, reply.status, reply.json()
 
-    def messages(listener: str, path: str, body: dict) -> tuple[int, int, dict]:
-        before = _messages_to_sidecar(world)
-        reply = world.post(listener, path, body)
-        wait_for(lambda: _messages_to_sidecar(world) > before, what="Envoy's ext_proc counters")
-        return _messages_to_sidecar(world) - before, reply.status, reply.json()
 
-    count, status, doc = messages("v50", "/v1/systemone", {**SEED, "model": "tiny"})
-    assert (count, status) == (3, 200) and doc == direct(world, "full", SEED)
-    count, status, doc = messages("v40", "/v1/systemone", {"model": "tiny", "state": {"request": "The app crashes"}, "questions": {"urgent": NOUL}})
-    assert (count, status) == (3, 200) and 0 <= doc["answers"]["urgent"]["noul"] <= 1
-    # A question that failed: on /v1/decisions its error stays in the 200, so the reply is read.
-    failing = {"model": "tiny", "state": STATE, "roles": None, "questions": {"ok": NOUL, "bad": {"type": "score", "criteria": ["only one"]}}}
-    count, status, doc = messages("v50", "/v1/decisions", failing)
-    assert (count, status) == (4, 200) and doc["answers"]["bad"]["error"]
-    # A batch is answered in the batch's own shape, written here.
-    batch = {"model": "tiny", "requests": {"a": SEED, "b": SEED}}
-    count, status, doc = messages("v50", "/v1/systemone/batch", batch)
-    assert (count, status) == (4, 200) and list(doc["responses"]) == ["a", "b"]
+def test_a_member_of_one_host_is_called_by_the_sidecar_in_two_messages(world: World) -> None:
+    """``--forwarding auto`` (the default): a member whose cluster has one host is called by the
+    sidecar itself, which answers in the request-body phase; the access log still names it."""
+    count, status, doc = _messages(world.envoy, world.listeners["v50"], "/v1/systemone", {**SEED, "model": "tiny"})
+    assert (count, status) == (2, 200) and doc == direct(world, "full", SEED)
+
+
+def test_a_whole_reply_goes_through_unread_and_any_other_is_read(world: World, tmp_path: Path) -> None:
+    """Envoy forwarding (``--forwarding envoy``): a runtime's reply that answers every question
+    (``x-vsr-reply: whole``) reaches the client without a response-body phase, three messages to
+    the sidecar instead of four, and the same answer. A reply with a failed question, or to a
+    batch, is still read and re-encoded."""
+    listeners = {"v40": free_port(), "v50": free_port()}
+    full = world.runtimes["full"].url
+    config = f"""version: 2
+deployments:
+  full: {{provider: systemone, endpoint: "{full}/v1/systemone", model: tiny, schema: vllm-sr/5.0}}
+listeners:
+  - {{name: v40, address: 127.0.0.1, port: {listeners["v40"]}, apis: {{systemone: {{schema: vllm-sr/4.0, models: [tiny]}}}}}}
+  - {{name: v50, address: 127.0.0.1, port: {listeners["v50"]}, apis: {{systemone: {{models: [tiny]}}}}}}
+"""
+    sidecar_port = free_port()
+    plane = Plane(tmp_path, config, sidecar_port)
+    sidecar = SidecarProc(tmp_path, plane.port, port=sidecar_port, args=("--forwarding", "envoy")).wait()
+    envoy = envoy_for(tmp_path, plane, sidecar_port)
+    try:
+        wait_for(lambda: request(listeners["v50"], "POST", "/v1/systemone", json.dumps(SEED).encode(), {}).status == 200, timeout=30, what="the listener")
+        count, status, doc = _messages(envoy, listeners["v50"], "/v1/systemone", {**SEED, "model": "tiny"})
+        assert (count, status) == (3, 200) and doc == direct(world, "full", SEED)
+        count, status, doc = _messages(envoy, listeners["v40"], "/v1/systemone", {"model": "tiny", "state": {"request": "The app crashes"}, "questions": {"urgent": NOUL}})
+        assert (count, status) == (3, 200) and 0 <= doc["answers"]["urgent"]["noul"] <= 1
+        # A question that failed: on /v1/decisions its error stays in the 200, so the reply is read.
+        failing = {"model": "tiny", "state": STATE, "roles": None, "questions": {"ok": NOUL, "bad": {"type": "score", "criteria": ["only one"]}}}
+        count, status, doc = _messages(envoy, listeners["v50"], "/v1/decisions", failing)
+        assert (count, status) == (4, 200) and doc["answers"]["bad"]["error"]
+        # A batch is answered in the batch's own shape, written here.
+        count, status, doc = _messages(envoy, listeners["v50"], "/v1/systemone/batch", {"model": "tiny", "requests": {"a": SEED, "b": SEED}})
+        assert (count, status) == (4, 200) and list(doc["responses"]) == ["a", "b"]
+        # The access log names the member Envoy forwarded to, as it names one the sidecar calls.
+        lines = [json.loads(l) for l in envoy.log.read_text().splitlines() if l.startswith("{")]
+        assert lines and all(line["member"] == "full" and line["upstream_cluster"] == "deployment/full" for line in lines[-4:])
+    finally:
+        envoy.stop()
+        sidecar.stop()
+        plane.stop()
 
 
 def test_the_official_sdk_on_a_5_0_listener(world: World) -> None:
