@@ -6,7 +6,7 @@ httptools (llhttp, the parser uvicorn uses). Not aiohttp: a loopback POST throug
 0.19 ms of CPU on this machine and 0.035 ms here (docs/extproc/flow.md), and on the sidecar's
 hot path that difference is most of its budget. ``tests/extproc/test_upstream.py`` holds the
 replies it reads equal to aiohttp's on generated replies (lengths, chunks, close-delimited
-bodies, repeated headers, split reads).
+bodies, repeated and non-ASCII headers, interim 1xx replies, split reads).
 
 Every call has a deadline; a call that cannot connect, times out or breaks off raises
 ``CallFailed`` saying which. A keep-alive connection the member closed while it sat idle is
@@ -127,6 +127,11 @@ class _Connection(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        if 100 <= self.parser.get_status_code() < 200:
+            # An interim reply (100 Continue, 103 Early Hints): the real one follows.
+            self._begun = self._headers_done = False
+            self._headers, self._body, self._size = [], [], 0
+            return
         self.keep_alive = self.parser.should_keep_alive()
         self._complete()
 

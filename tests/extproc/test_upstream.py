@@ -3,7 +3,8 @@
 ``upstream.Http`` is hand-written for speed on a hot path (httptools parses; docs/extproc/flow.md
 has the figures). aiohttp, a well-kept client, is the reference: on generated replies (status,
 repeated headers, bodies sent with a length, in chunks or up to the close of the connection,
-written in pieces) both clients must give the same status, headers and body. The other tests
+written in pieces, now and then after an interim 1xx reply) both clients must give the same
+status, headers and body. The other tests
 are what a member can do to a call: refuse it, be slow, close a keep-alive connection.
 """
 
@@ -46,6 +47,8 @@ def replies(draw: st.DrawFn) -> tuple[list[bytes], bool]:
         head.append(b"Connection: close")
         data = body
     wire = b"\r\n".join(head) + b"\r\n\r\n" + data
+    if draw(st.integers(0, 5)) == 5:  # an interim reply first, which both clients pass over
+        wire = draw(st.sampled_from([b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n"])) + wire
     cuts = sorted(draw(st.lists(st.integers(1, max(1, len(wire) - 1)), max_size=3)))
     return [wire[a:b] for a, b in zip([0, *cuts], [*cuts, len(wire)]) if b > a], framing == "close" or draw(st.booleans())
 
@@ -127,6 +130,38 @@ def test_keep_alive_reuses_the_connection_and_survives_the_member_closing_it() -
 
     got = asyncio.run(main())
     assert [r.body for r in got] == [b"ok"] * 3 and connections == 2
+
+
+def test_concurrent_calls_share_at_most_the_connections_allowed() -> None:
+    """Fifty calls at once to one member through a client allowed four connections: every call
+    is answered, with its own reply, over at most four connections."""
+    connections = 0
+
+    async def member(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                return
+            path = head.split(b" ")[1]
+            await asyncio.sleep(0.002)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(path), path))
+
+    async def main() -> list[bytes]:
+        server = await asyncio.start_server(member, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        http = Http(connections_per_host=4)
+        try:
+            replies = await asyncio.gather(*(http.request("GET", f"http://127.0.0.1:{port}/call/{i}", timeout_s=10) for i in range(50)))
+            return [r.body for r in replies]
+        finally:
+            await http.close()
+            server.close()
+
+    assert asyncio.run(main()) == [f"/call/{i}".encode() for i in range(50)]
+    assert connections <= 4
 
 
 def test_a_refused_call_a_slow_member_and_a_broken_reply_fail_as_such() -> None:
