@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from sr_control.extproc.auth import KeyRing
 from sr_control.extproc.capability import Card, Limits
 from sr_control.extproc.cards import CardBook, CardState
+from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.forward import Call, SystemOne
 from sr_control.extproc.incoming import Incoming, Sidecar
 from sr_control.extproc.metrics import Metrics
@@ -149,3 +150,18 @@ def test_the_sidecars_own_call_sends_a_whole_reply_on_as_it_came_and_reads_any_o
     assert unread == compact
     assert read == json.dumps(json.loads(GOOD)).encode()
     assert batch == json.dumps({"model": "d3", "responses": {"a": json.loads(GOOD)}, "usage": {"input_tokens": 20, "output_tokens": 0}}).encode()
+
+
+def test_auto_forwarding_leaves_a_service_to_envoy_and_calls_a_member_of_one_host_itself() -> None:
+    """``--forwarding auto``: a Service-backed deployment (its pods balanced by Envoy over EDS) is
+    named to Envoy as its cluster; a deployment of one endpoint the sidecar calls itself (here
+    nothing listens there, so the client gets 503 ``member_unreachable`` from that very call)."""
+    service = CONFIG.replace('endpoint: "http://127.0.0.1:9/v1/systemone"', "service: {name: d3-gpu, namespace: ml, port: 8100}")
+    outcomes = {}
+    for name, config in (("service", service), ("one host", CONFIG)):
+        systemone, incoming = sidecar(config, forwarding="auto")
+        out, _ = asyncio.run(systemone.read(incoming, REQUEST))
+        outcomes[name] = out
+    assert isinstance(outcomes["service"], Forward) and outcomes["service"].cluster == "deployment/d3"
+    assert isinstance(outcomes["one host"], Answer) and outcomes["one host"].status == 503
+    assert json.loads(outcomes["one host"].body)["reason"] == "member_unreachable"
