@@ -79,6 +79,13 @@ def member_body(req: ClientRequest, sent: bytes, model: str) -> tuple[bytes | No
     return (None if req.plan.body == sent else req.plan.body), "convert"
 
 
+def whole_as_sent(call: Call, status: int, whole: str | None) -> bool:
+    """Whether the member's reply to the whole request is the client's answer byte for byte: a
+    200 the member calls whole (``whole``: its replies.WHOLE_REPLY_HEADER) that the client's
+    listener takes as it is. Then nobody needs to read it."""
+    return status == 200 and whole == WHOLE_REPLY and call.codec.takes_whole(call.req)
+
+
 def listener_codec(offer: Offer | None) -> ListenerCodec:
     return LISTENERS[(offer.schema if offer is not None else None) or "vllm-sr/5.0"]
 
@@ -262,7 +269,7 @@ class SystemOne:
         if isinstance(reply, ErrorInfo):
             return {}, reply
         names = [name for name, _ in items(sub)]
-        if reply.status == 200 and sub is call.req.ir and (WHOLE_REPLY_HEADER, WHOLE_REPLY) in reply.headers and call.codec.takes_whole(call.req):
+        if sub is call.req.ir and whole_as_sent(call, reply.status, reply.header(WHOLE_REPLY_HEADER)):
             return reply.body, None
         if reply.status == 200:
             try:
@@ -359,4 +366,4 @@ def _http(answer: Any) -> Answer:
     return Answer(answer.status, answer.headers, answer.body)
 
 
-__all__ = ["RETRIABLE", "Call", "SystemOne", "error_answer", "listener_codec"]
+__all__ = ["RETRIABLE", "Call", "SystemOne", "error_answer", "listener_codec", "whole_as_sent"]

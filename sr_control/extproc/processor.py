@@ -31,12 +31,12 @@ from sr_control.extproc import envoy, llm
 from sr_control.extproc.auth import KeysUnavailable
 from sr_control.extproc.data import SYSTEMONE_API
 from sr_control.extproc.envoy import Answer, Forward
-from sr_control.extproc.forward import Call, SystemOne, error_answer, listener_codec
+from sr_control.extproc.forward import Call, SystemOne, error_answer, listener_codec, whole_as_sent
 from sr_control.extproc.incoming import Incoming, Sidecar
 from sr_control.extproc.listing import listing
 from sr_control.log import get_logger
 from sr_control.systemone import ProtocolError
-from sr_control.systemone.replies import WHOLE_REPLY, WHOLE_REPLY_HEADER
+from sr_control.systemone.replies import WHOLE_REPLY_HEADER
 
 LISTING_API = "models"
 VERSION_HEADER = "x-vsr-config-version"
@@ -151,12 +151,11 @@ class Exchange:
             return self._immediate(answer)
         if WHOLE_REPLY_HEADER not in headers:
             return envoy.CONTINUE_RESPONSE_HEADERS
-        if status == 200 and headers[WHOLE_REPLY_HEADER] == WHOLE_REPLY and self.call.codec.takes_whole(self.call.req):
-            # The member's reply is the client's answer byte for byte: Envoy sends it on as it
-            # comes, and the body is never read here (one message fewer).
+        if whole_as_sent(self.call, status, headers[WHOLE_REPLY_HEADER]):
+            # Envoy sends the reply on as it comes; the body is never read here (one message fewer).
             self.status = 200
             self.done = True
-            return envoy.pass_response(self._stamped(Answer(200, (), b"")).headers, (WHOLE_REPLY_HEADER,))
+            return envoy.pass_response(self._stamp(), (WHOLE_REPLY_HEADER,))
         return envoy.continue_response((WHOLE_REPLY_HEADER,))
 
     def _response_body(self, body: bytes) -> pb.ProcessingResponse:
@@ -174,11 +173,12 @@ class Exchange:
         self.done = True
         return envoy.immediate(self._stamped(answer), self.call.answered_by if self.call is not None else None)
 
-    def _stamped(self, answer: Answer) -> Answer:
+    def _stamp(self) -> tuple[tuple[str, str], ...]:
         """Which config version answered: an operator can tell the versions apart during an edit."""
-        if self.incoming is None:
-            return answer
-        return Answer(answer.status, (*answer.headers, (VERSION_HEADER, self.incoming.data.version)), answer.body)
+        return () if self.incoming is None else ((VERSION_HEADER, self.incoming.data.version),)
+
+    def _stamped(self, answer: Answer) -> Answer:
+        return Answer(answer.status, (*answer.headers, *self._stamp()), answer.body)
 
     def _error(self, error: ProtocolError, code: str) -> Answer:
         """``error`` in the API's own shape: System One's for its paths and listings."""

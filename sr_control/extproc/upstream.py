@@ -35,6 +35,10 @@ class Reply:
     headers: tuple[tuple[str, str], ...]
     body: bytes
 
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (lower case), or None."""
+        return next((v for k, v in self.headers if k == name), None)
+
 
 class CallFailed(Exception):
     """No HTTP reply: ``kind`` is ``timeout`` or ``connection``."""
@@ -59,7 +63,7 @@ class _Target:
 def _target(url: str) -> _Target:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise CallFailed("connection", f"{url}: not an http(s) URL")
+        raise CallFailed("connection", "not an http(s) URL")
     port = parts.port or (443 if parts.scheme == "https" else 80)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return _Target((parts.scheme, parts.hostname, port), parts.netloc.rsplit("@", 1)[-1], path)
@@ -74,12 +78,19 @@ class _Connection(asyncio.Protocol):
         self.reply: asyncio.Future[Reply] | None = None
         self.closed = False
         self.reused = False
-        self._begun = False
-        self._headers_done = False
+        self.keep_alive = False
+        self._start()
+
+    def _start(self) -> None:
+        """Ready to read a reply from its first byte."""
+        self._begun = self._headers_done = False
         self._headers: list[tuple[str, str]] = []
         self._body: list[bytes] = []
         self._size = 0
-        self.keep_alive = False
+
+    @property
+    def usable(self) -> bool:
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
 
     # ------------------------------------------------------------------ asyncio
 
@@ -88,7 +99,7 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.reply is None or self.reply.done():
-            self._close()  # bytes nobody asked for: the connection is not fit to reuse
+            self.close()  # bytes nobody asked for: the connection is not fit to reuse
             return
         try:
             self.parser.feed_data(data)
@@ -128,9 +139,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         if 100 <= self.parser.get_status_code() < 200:
-            # An interim reply (100 Continue, 103 Early Hints): the real one follows.
-            self._begun = self._headers_done = False
-            self._headers, self._body, self._size = [], [], 0
+            self._start()  # an interim reply (100 Continue, 103 Early Hints): the real one follows
             return
         self.keep_alive = self.parser.should_keep_alive()
         self._complete()
@@ -139,8 +148,7 @@ class _Connection(asyncio.Protocol):
 
     async def exchange(self, request: bytes) -> Reply:
         assert self.transport is not None
-        self._begun = self._headers_done = False
-        self._headers, self._body, self._size = [], [], 0
+        self._start()
         self.reply = asyncio.get_running_loop().create_future()
         self.transport.write(request)
         return await self.reply
@@ -155,9 +163,9 @@ class _Connection(asyncio.Protocol):
     def _fail(self, exc: Exception) -> None:
         if self.reply is not None and not self.reply.done():
             self.reply.set_exception(exc)
-        self._close()
+        self.close()
 
-    def _close(self) -> None:
+    def close(self) -> None:
         self.closed = True
         if self.transport is not None:
             self.transport.close()
@@ -205,7 +213,7 @@ class Http:
                     raise CallFailed("connection", f"{method} {url}: the member closed two connections without a reply")
         except TimeoutError:
             if conn is not None:
-                conn._close()  # mid-reply: never reused
+                conn.close()  # mid-reply: never reused
             raise CallFailed("timeout", f"{method} {url} did not answer within {timeout_s * 1000:.0f} ms") from None
         except CallFailed as exc:
             raise CallFailed(exc.kind, f"{method} {url}: {exc}") from None
@@ -213,19 +221,19 @@ class Http:
             raise CallFailed("connection", f"{method} {url}: {type(exc).__name__}: {exc}") from None
         except BaseException:
             if conn is not None:
-                conn._close()  # cancelled mid-reply
+                conn.close()  # cancelled mid-reply
             raise
         if conn.keep_alive and not conn.closed:
             conn.reused = True
             pool.idle.append(conn)
         else:
-            conn._close()
+            conn.close()
         return reply
 
     async def _connection(self, pool: _Pool, target: _Target) -> _Connection:
         while pool.idle:
             conn = pool.idle.pop()
-            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+            if conn.usable:
                 return conn
         scheme, host, port = target.origin
         tls = self._tls_context() if scheme == "https" else None
@@ -240,7 +248,7 @@ class Http:
     async def close(self) -> None:
         for pool in self._pools.values():
             while pool.idle:
-                pool.idle.pop()._close()
+                pool.idle.pop().close()
         self._pools.clear()
 
 
