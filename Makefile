@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml constraints.txt constraints-nodeps.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -r constraints-nodeps.txt
 	touch $(STAMP)
 
+# make serve CONFIG=path serves that config; ARGS passes more options (ARGS=--reset-config).
 serve: install
-	$(BIN)/vllm-sr serve
+	$(BIN)/vllm-sr serve $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 
 test: install
 	$(BIN)/vllm-sr schemas check

@@ -18,6 +18,7 @@ runtime stop, each within a bound.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -45,6 +46,8 @@ from sr_control.xds import ControlPlane
 
 _log = log.get_logger("vllm_sr.stack")
 BIN = Path(sys.executable).parent
+# After the drain bound, how long the parts have to exit before they are killed.
+STOP_GRACE = 1.5
 
 
 class StackError(Exception):
@@ -74,6 +77,7 @@ class StackOptions:
     ports: Ports = Ports()
     start_timeout: float = 180.0  # a cold model load on 2 cores takes a while
     drain_timeout: float = 10.0  # how long requests in flight may take to finish on stop
+    reset_config: bool = False  # write the embedded default over an edited served copy
 
 
 def default_config(ports: Ports) -> str:
@@ -124,10 +128,7 @@ class Stack:
             ("Envoy admin", ports.admin),
         ):
             _free(name, port)
-        if opts.config is None:
-            self.config_path.write_text(default_config(ports), encoding="utf-8")
-        elif opts.config.resolve() != self.config_path.resolve():
-            shutil.copyfile(opts.config, self.config_path)
+        self._place_config()
         config = self._config = loader.load(self.config_path)  # refuse a bad config before starting anything
         for listener in config.listeners:
             _free(f"listener {listener.name}", listener.port, listener.address)
@@ -154,6 +155,31 @@ class Stack:
         self._spawn("envoy", [envoy, "-c", str(boot), "--base-id", str(ports.admin), "--log-level", "warn"])
         self._wait("envoy", lambda: _get(f"http://127.0.0.1:{ports.admin}/ready") == 200)
         self._wait("envoy listeners", lambda: _listeners_live(ports.admin, len(config.listeners)))
+
+    def _place_config(self) -> None:
+        """Put the config to serve at ``config_path``.
+
+        A given ``--config`` is copied there. Otherwise the served copy the user may have edited
+        (the README says to) is kept across restarts; the embedded default is written only when
+        there is none, with ``--reset-config``, or over a default this stack wrote and nobody
+        edited since (its digest is kept beside it), so a new ``--port-offset`` still takes."""
+        opts = self.options
+        if opts.config is not None:
+            if opts.config.resolve() != self.config_path.resolve():
+                shutil.copyfile(opts.config, self.config_path)
+            return
+        written = opts.state_dir / ".default-config.sha256"
+        try:
+            current = hashlib.sha256(self.config_path.read_bytes()).hexdigest()
+        except FileNotFoundError:
+            current = None
+        untouched = current is not None and written.is_file() and written.read_text().strip() == current
+        if current is not None and not untouched and not opts.reset_config:
+            _log.info("keeping the served config", file=str(self.config_path), hint="--reset-config writes the embedded default over it")
+            return
+        text = default_config(opts.ports)
+        self.config_path.write_text(text, encoding="utf-8")
+        written.write_text(hashlib.sha256(text.encode()).hexdigest() + "\n", encoding="utf-8")
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         path = self.options.state_dir / "logs" / f"{name}.log"
@@ -191,32 +217,37 @@ class Stack:
         self._stop.set()
 
     def stop(self) -> None:
-        """Drain Envoy, then stop every part in reverse order of starting."""
+        """Drain Envoy, then stop every part, all within ``drain_timeout`` plus STOP_GRACE.
+
+        Envoy stops first (no request reaches the others after it), then the rest are asked to
+        stop together: a runtime still computing an abandoned request would otherwise hold the
+        exit for as long as the request takes. What is still running at the bound is killed."""
+        bound = time.monotonic() + self.options.drain_timeout + STOP_GRACE
         envoy = self._child("envoy")
         if envoy is not None and envoy.process.poll() is None:
             self._drain_envoy()
-        for child in reversed(self._children):
-            if child.name == "runtime" and self._plane is not None:
-                self._plane.stop()  # before the runtime: nothing pushes config to a stopping stack
-                self._plane = None
-            self._terminate(child)
+            self._terminate([envoy], min(bound, time.monotonic() + STOP_GRACE / 2))
         if self._plane is not None:
-            self._plane.stop()
+            self._plane.stop()  # nothing pushes config to a stopping stack
             self._plane = None
+        self._terminate([c for c in reversed(self._children) if c is not envoy], bound)
         self._children.clear()
 
     def _child(self, name: str) -> _Child | None:
         return next((c for c in self._children if c.name == name), None)
 
-    def _terminate(self, child: _Child) -> None:
-        if child.process.poll() is None:
-            child.process.send_signal(signal.SIGTERM)
-        try:
-            child.process.wait(timeout=self.options.drain_timeout + 5)
-        except subprocess.TimeoutExpired:
-            _log.warning("killing", part=child.name)
-            child.process.kill()
-            child.process.wait()
+    def _terminate(self, children: list[_Child], deadline: float) -> None:
+        """SIGTERM each of ``children``, wait for them until ``deadline``, then kill the rest."""
+        for child in children:
+            if child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _log.warning("killing", part=child.name, hint="it did not stop within the drain bound")
+                child.process.kill()
+                child.process.wait()
 
     def _drain_envoy(self) -> None:
         """Envoy stops accepting; the requests it holds finish (bounded) before it is stopped."""
@@ -260,11 +291,44 @@ def _dying_with_parent(argv: list[str]) -> list[str]:
 
 
 def _free(name: str, port: int, host: str = "127.0.0.1") -> None:
+    """Refuse a port something listens on; a port held only by connections in TIME-WAIT (a stack
+    stopped a moment ago) is free to the servers, which bind with SO_REUSEADDR as this does."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
+        except OSError as exc:
+            owner = listening_owner(port)
+            who = f" by {owner}" if owner else ""
+            raise StackError(f"port {port} for the {name} is taken{who}: {exc.strerror} (another vllm-sr serve? use --port-offset)") from None
+
+
+def listening_owner(port: int) -> str | None:
+    """The process listening on TCP ``port`` as ``pid N (command)``, where /proc says (Linux, and
+    only for processes this user may inspect); None when unknown."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
         except OSError:
-            raise StackError(f"port {port} for the {name} is taken (another vllm-sr serve? use --port-offset)") from None
+            continue
+        for line in lines:
+            cols = line.split()
+            # local address "ADDR:PORT" in hex; state 0A is LISTEN; column 9 is the socket's inode
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{cols[9]}]")
+    if not inodes:
+        return None
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                return f"pid {proc.name} ({command[:120]})"
+        except OSError:
+            continue
+    return "another process (its owner is not visible to this user)"
 
 
 def _get(url: str) -> int:
@@ -305,4 +369,4 @@ def _listeners_live(admin: int, expected: int) -> bool:
     return len(live) >= expected
 
 
-__all__ = ["Ports", "Stack", "StackError", "StackOptions", "default_config"]
+__all__ = ["Ports", "Stack", "StackError", "StackOptions", "default_config", "listening_owner"]

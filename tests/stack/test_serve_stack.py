@@ -154,9 +154,10 @@ def test_serve_refuses_a_taken_port_before_starting_anything(tmp_path: Path) -> 
     offset = _free_offset()
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", Ports().shifted(offset).runtime))
+        taken.listen()
         run = subprocess.run(
             [str(BIN / "vllm-sr"), "serve", "--port-offset", str(offset), "--state-dir", str(tmp_path)],
             capture_output=True, text=True, timeout=60,
         )
     assert run.returncode == 1
-    assert f"port {Ports().shifted(offset).runtime} for the runtime is taken" in run.stderr and "Traceback" not in run.stderr
+    assert f"port {Ports().shifted(offset).runtime} for the runtime is taken by pid {os.getpid()}" in run.stderr and "Traceback" not in run.stderr
