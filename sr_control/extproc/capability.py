@@ -73,6 +73,9 @@ class Card:
     fields: frozenset[str] | None = None  # None: every extension field; else the ones it takes
     contract: str | None = None  # GET /health api_version; None when not a vllm-sr runtime
     source: str = "card"  # card | declared | standard
+    # The card's ``limits`` as the member listed them (media limits too), for the listener's own
+    # listing; ``limits`` above holds the ones routing reads.
+    listed_limits: tuple[tuple[str, int | None], ...] = ()
 
 
 # A systemone/0.2 target that declares nothing: the standard's text questions, nothing else.

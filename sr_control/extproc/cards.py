@@ -182,6 +182,7 @@ def _card(doc: Any, contract: str | None) -> Card | None:
         presets=frozenset(doc.get("presets") or ()),
         limits=Limits(limit("max_options"), limit("max_labels"), limit("min_levels"), limit("max_levels"), limit("max_input_tokens")),
         contract=contract,
+        listed_limits=tuple((str(k), v if isinstance(v, int) and not isinstance(v, bool) else None) for k, v in limits.items()) if isinstance(limits, dict) else (),
     )
 
 

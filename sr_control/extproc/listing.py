@@ -14,9 +14,11 @@ readable by both kinds of client (docs/systemone/decisions.md says why).
 from __future__ import annotations
 
 import time
+from dataclasses import fields
 from datetime import datetime, timezone
 from typing import Any
 
+from sr_control.extproc.capability import Card, Limits
 from sr_control.extproc.cards import CardState
 from sr_control.extproc.data import SYSTEMONE_API, ListenerData
 from sr_control.extproc.envoy import Answer
@@ -69,9 +71,32 @@ async def _systemone_listing(s: Sidecar, data: ListenerData) -> Listing:
         card: dict[str, Any] = {"question_types": types, "modalities": modalities}
         presets = sorted({p for c in cards for p in c.presets})
         card["presets"] = presets
+        limits = _limits(cards)
+        if limits:
+            card["limits"] = limits
         extensions = freeze({"version": LISTING_VERSION, "features": types, "card": card})
         entries.append(ListingItem(model, description, max(dates) if dates else _date(data), extensions))
     return Listing(tuple(entries))
+
+
+def _limits(cards: list[Card]) -> dict[str, int | None]:
+    """The members' card limits, as each member lists them. A pool answers what its members
+    answer together (each request goes to one able to): the largest ``max_*`` and the smallest
+    ``min_*`` of the members that state one; None where a member states no bound."""
+    out: dict[str, int | None] = {}
+    listed = [dict(c.listed_limits) if c.listed_limits else _declared_limits(c.limits) for c in cards]
+    for name in dict.fromkeys(k for limits in listed for k in limits):
+        values = [limits.get(name) for limits in listed if name in limits]
+        if any(v is None for v in values):
+            out[name] = None
+        else:
+            bounds = [v for v in values if v is not None]
+            out[name] = min(bounds) if name.startswith("min_") else max(bounds)
+    return out
+
+
+def _declared_limits(limits: Limits) -> dict[str, int | None]:
+    return {f.name: getattr(limits, f.name) for f in fields(limits) if getattr(limits, f.name) is not None}
 
 
 def _llm_entries(data: ListenerData) -> list[JsonObject]:

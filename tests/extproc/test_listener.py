@@ -193,6 +193,7 @@ def test_listings_name_only_the_offered_models(world: World) -> None:
     # A runtime member's entry carries its own card, as the runtime lists itself.
     own = json.loads(request(world.runtimes["full"].port, "GET", "/v1/models", b"", {}).body)["models"][0]
     assert by_name["tiny"]["card"]["question_types"] == sorted(own["card"]["question_types"]) and by_name["tiny"]["version"] == "5.0"
+    assert by_name["tiny"]["card"]["limits"] == own["card"]["limits"] and own["card"]["limits"]["max_options"]  # issue 22: limits were left out
     assert {"choice", "noul", "score"} <= set(own["card"]["question_types"])
     assert by_name["jev-1.13.0"]["card"]["question_types"] == ["box", "choice", "noul"]  # its deployment's declared capabilities
     assert all(m["release_date"] for m in v50["models"])
