@@ -38,7 +38,8 @@ class Hooks:
     pushed: Callable[[StreamInfo, str, str, str], None] = _nothing
     # The node ACKed our push of this version.
     acked: Callable[[StreamInfo, str, str], None] = _nothing
-    # The node (re)connected already holding the version we serve, so nothing was pushed.
+    # The node holds the version we serve without a push: it (re)connected holding it, or the
+    # config went back to what it held after it refused another.
     resumed: Callable[[StreamInfo, str, str], None] = _nothing
     # The node rejected a push: (stream, type URL, rejected version, Envoy's message).
     nacked: Callable[[StreamInfo, str, str, str], None] = _nothing

@@ -26,6 +26,7 @@ class _TypeStatus:
     pushed: str | None = None
     acked: str | None = None
     nack: dict[str, str] | None = None
+    nacked_at: datetime | None = None  # when ``nack`` came, to tell whether it refused the version served
 
 
 @dataclass
@@ -41,8 +42,19 @@ class Ledger:
 
     def hooks(self) -> Hooks:
         return Hooks(
-            opened=self._opened, closed=self._closed, pushed=self._pushed, acked=self._acked, resumed=self._acked, nacked=self._nacked
+            opened=self._opened, closed=self._closed, pushed=self._pushed, acked=self._acked, resumed=self._resumed, nacked=self._nacked
         )
+
+    def refusals(self, since: datetime) -> list[dict[str, str]]:
+        """The refusals still standing that came at or after ``since`` (when the version served
+        was published): the nodes that refused that version, each with Envoy's own message."""
+        with self._lock:
+            return [
+                {"node": status.info.node.id, "type": TYPE_NAMES.get(t, t), "version": s.nack["version"], "message": s.nack["message"], "at": s.nack["at"]}
+                for status in self._streams.values()
+                for t, s in sorted(status.types.items())
+                if s.nack is not None and s.nacked_at is not None and s.nacked_at >= since
+            ]
 
     def nodes(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -86,12 +98,22 @@ class Ledger:
         with self._lock:
             status = self._type(info, type_url)
             status.acked = version
-            status.nack = None
+            status.nack = status.nacked_at = None
+
+    def _resumed(self, info: StreamInfo, type_url: str, version: str) -> None:
+        # The node holds the version served without a push (it reconnected holding it, or the
+        # config went back to what it held after refusing another): nothing is on its way to it.
+        with self._lock:
+            status = self._type(info, type_url)
+            status.pushed = status.acked = version
+            status.nack = status.nacked_at = None
 
     def _nacked(self, info: StreamInfo, type_url: str, version: str, message: str) -> None:
         with self._lock:
             message = message.strip()
-            self._type(info, type_url).nack = {"version": version, "message": message, "at": _now()}
+            status = self._type(info, type_url)
+            status.nacked_at = datetime.now(timezone.utc)
+            status.nack = {"version": version, "message": message, "at": status.nacked_at.isoformat(timespec="milliseconds")}
         _log.error(
             "envoy rejected config",
             node=info.node.id,

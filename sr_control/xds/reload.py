@@ -24,7 +24,7 @@ from typing import Any, Literal
 from sr_control import log
 from sr_control.compiler import CompileError, Settings
 from sr_control.compiler.incremental import Recompiler
-from sr_control.compiler.protos import ENDPOINT, LISTENER, TYPE_NAMES
+from sr_control.compiler.protos import ENDPOINT, LISTENER, SIDECAR, TYPE_NAMES
 from sr_control.config.errors import ConfigUnreadable, Problem
 from sr_control.config.load import read_text, validate_text
 from sr_control.config.model import RouterConfig
@@ -117,6 +117,10 @@ class Reloader:
         return {
             "config": str(self.path),
             "version": s.version if s else None,
+            # What each listener's responses carry as x-vsr-config-version: the version of that
+            # listener's part of the config (its sidecar data), which changes only when an edit
+            # touches it. ``version`` above is the whole file's.
+            "listener_versions": {r.name.removeprefix("sidecar/"): r.version for r in s.named(SIDECAR).values()} if s else {},
             "generation": s.generation if s else 0,
             "served_since": s.created_at.isoformat(timespec="milliseconds") if s else None,
             "resources": {name: len(s.named(t)) for t, name in TYPE_NAMES.items()} if s else {},

@@ -94,7 +94,15 @@ class ControlPlane:
         streams = {"max": self.service.max_streams, "refused": self.service.refused}
         watch = "running" if self._watch.alive() else "stopped"
         discovery = self.reloader.discovery.status() | {"deployments": self.reloader.endpoints_status()}
-        return self.reloader.status() | {"watch": watch, "streams": streams, "discovery": discovery, "nodes": self.ledger.nodes()}
+        out = self.reloader.status() | {"watch": watch, "streams": streams, "discovery": discovery, "nodes": self.ledger.nodes()}
+        snapshot = self.reloader.snapshot
+        last = self.reloader.last_reload
+        refusals = self.ledger.refusals(since=snapshot.created_at) if snapshot is not None else []
+        if refusals and last is not None and last["result"] in ("ok", "unchanged"):
+            # Valid and published is not live: an Envoy refused it (a port taken, say) and keeps
+            # serving what it had. A later version it accepts is published later, and clears this.
+            out["last_reload"] = last | {"result": "refused", "refused_by": refusals}
+        return out
 
 
 __all__ = ["ControlPlane"]

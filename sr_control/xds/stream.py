@@ -222,6 +222,13 @@ class Stream:
                 want = self._want(t, state, snapshot, final)
                 done = (want == state.held and not state.answer_due) or want in state.refused
                 plan.append((t, final, want, done))
+        for t, final, want, done in plan:
+            state = self._types[t]
+            if final and state.refused and want == state.held:
+                # The node refused a version and the snapshot is back to what it holds: it is in
+                # step without a push, which nothing else would report (no ACK comes).
+                state.refused.clear()
+                self._hooks.resumed(self.info, t, snapshot.type_version(t))
         self._cache.report(
             self.info.id,
             made={t: snapshot.version for t, final, _, done in plan if done and not final},

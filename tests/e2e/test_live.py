@@ -233,10 +233,20 @@ def test_a_config_envoy_refuses_is_logged_with_envoys_message(stack: Stack) -> N
         clash = f"  - {{name: clash, address: 127.0.0.1, port: {port}, apis: {{chat_completions: {{models: [llm-a]}}}}}}\n"
         stack.write(stack.render(extra=clash))
         nack = wait_for(lambda: stack.status()["nodes"][0]["types"]["listeners"]["nack"], what="Envoy's NACK")
+        # Valid and published, but not live: the reload says so, with Envoy's own words (issue 22).
+        last = stack.status()["last_reload"]
+        assert last["result"] == "refused" and last["version"] == stack.status()["version"]
+        assert [(r["node"], r["type"]) for r in last["refused_by"]] == [("vllm-sr-envoy", "listeners")]
+        assert "address already in use" in last["refused_by"][0]["message"].lower()
     assert "address already in use" in nack["message"].lower()
     assert "envoy rejected config" in stack.xds_log()
     assert stack.post("/v1/systemone").status == 200  # the previous listeners keep serving
+    # Reverted to what Envoy holds: nothing is pushed (Envoy has it), and the status says all is
+    # well: the reload ok, and every type pushed == acked with no NACK standing.
     stack.apply(stack.render())
+    status = wait_for(lambda: (s := stack.status())["last_reload"]["result"] == "ok" and s)
+    types = status["nodes"][0]["types"]
+    assert all(t["pushed"] == t["acked"] and t["nack"] is None for t in types.values()), types
 
 
 def test_killing_and_restarting_the_control_plane_leaves_traffic_flowing_and_envoy_resynced(stack: Stack) -> None:

@@ -258,10 +258,13 @@ class World:
         return reply.json()
 
     def plane_sidecar_version(self, listener: str) -> str:
-        """The version of ``sidecar/<listener>`` the control plane serves now."""
+        """The version of ``sidecar/<listener>`` the control plane serves now, as its ``/status``
+        shows it (``listener_versions``)."""
         snapshot = self.plane.plane.reloader.snapshot
         assert snapshot is not None
-        return snapshot.resources.named(SIDECAR)[f"sidecar/{listener}"].version
+        shown: str = self.plane.plane.status()["listener_versions"][listener]
+        assert shown == snapshot.resources.named(SIDECAR)[f"sidecar/{listener}"].version
+        return shown
 
     def get(self, listener: str, path: str, **headers: str) -> Reply:
         return request(self.listeners[listener], "GET", path, None, headers)
@@ -294,12 +297,12 @@ class World:
             runtime.stop()
 
 
-def envoy_for(directory: Path, plane: Plane, sidecar_port: int, ads: str = "delta") -> Envoy:
+def envoy_for(directory: Path, plane: Plane, sidecar_port: int, ads: str = "delta", env: dict[str, str] | None = None) -> Envoy:
     admin = free_port()
     settings = Settings(xds=Address("127.0.0.1", plane.port), sidecar=Address("127.0.0.1", sidecar_port), admin=Address("127.0.0.1", admin), ads=ads)  # type: ignore[arg-type]
     boot = directory / "bootstrap.yaml"
     boot.write_text(to_yaml(to_dict(bootstrap(settings))))
-    return Envoy(boot, admin, directory / "envoy.log")
+    return Envoy(boot, admin, directory / "envoy.log", env=env)
 
 
 __all__ = ["Mock", "Plane", "Runtime", "SidecarProc", "World", "capped_checkpoint", "envoy_for", "get_json", "get_text", "metric"]
