@@ -51,6 +51,8 @@ from sr_runtime.types import DecisionEngine
 
 log = get_logger("vllm-srun.server")
 REQUEST_ID = "x-typesafe-request-id"
+# What the sidecar in front says is left of the request's deadline, in ms (docs/runtime/server.md).
+DEADLINE_HEADER = "x-vsr-deadline-ms"
 _REQUEST_ID_SHAPE = re.compile(rb"[\x21-\x7e]{1,128}")  # printable ASCII: it goes back out as a header
 # A new id: this process's random half and a counter, unique like a uuid4 without reading
 # os.urandom for every request (a system call that showed in profiles under load).
@@ -82,7 +84,7 @@ async def answer(request: HttpRequest) -> Response:
         model, scheduler = rt.ready()
         model.check(req.ir)
         plan = to_engine(req.ir, model.card, body.parts)
-        outcome = await _answered(scheduler, plan, req.ir.deadline_ms, arrived)
+        outcome = await _answered(request, scheduler, plan, _deadline_ms(req.ir.deadline_ms, request.headers), arrived)
         meta = _meta(outcome)
         reply = to_reply(plan, outcome.results if outcome else [], model.name, meta, legacy=req.schema == "vllm-sr/4.0")
         # Said of /v1/decisions replies, where a question may fail inside a 200: a sidecar in
@@ -107,15 +109,46 @@ def _read(rt: Runtime, request: HttpRequest, body: bytes) -> ClientRequest:
         raise ValidationFailed([DetailItem(("body",), f"JSON decode error: {message}", "json_invalid")]) from None
 
 
-async def _answered(scheduler: Scheduler, plan: EnginePlan, deadline_ms: int | None, arrived: float) -> Outcome | None:
+def _deadline_ms(given: int | None, headers: Any) -> int | None:
+    """The request's own deadline, or what the sidecar in front says is left of the listener's
+    (``x-vsr-deadline-ms``), whichever ends first. The header can only shorten a deadline, so a
+    client that sends it itself gains nothing."""
+    passed = headers.get(DEADLINE_HEADER, "")
+    left = int(passed) if passed.isdigit() and 0 < len(passed) <= 9 else None
+    return min((d for d in (given, left) if d is not None), default=None)
+
+
+async def _answered(request: HttpRequest, scheduler: Scheduler, plan: EnginePlan, deadline_ms: int | None, arrived: float) -> Outcome | None:
+    """The engine's outcome; if the deadline passes or the client goes away first, the job is
+    abandoned (its requests not yet run never run) and the caller answers 504 or nothing."""
     if not plan.requests:
         return None
     deadline = None if deadline_ms is None else arrived + deadline_ms / 1000  # the IR caps deadline_ms (decision 31)
     job = scheduler.submit(plan.requests, deadline)
+    answer = asyncio.wrap_future(job)
+    gone = asyncio.ensure_future(_disconnected(request.receive))
+    why = "client_closed"  # also when this task is cancelled: the server is stopping under it
     try:
-        return await asyncio.wait_for(asyncio.wrap_future(job), None if deadline is None else max(0.0, deadline - time.monotonic()))
-    except TimeoutError:
-        raise DeadlineExceeded(f"options.deadline_ms ({deadline_ms} ms) passed before the model answered", reason="deadline_exceeded") from None
+        done, _ = await asyncio.wait((answer, gone), timeout=None if deadline is None else max(0.0, deadline - time.monotonic()), return_when=asyncio.FIRST_COMPLETED)
+        if answer in done:
+            why = ""
+            return answer.result()
+        if gone in done:
+            raise ClientDisconnect()
+        why = "deadline"
+        raise DeadlineExceeded(f"options.deadline_ms ({deadline_ms} ms) passed before the model answered", reason="deadline_exceeded")
+    finally:
+        gone.cancel()
+        if why:
+            scheduler.abandon(job, why)
+            answer.cancel()  # nobody reads what the job may still set
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Returns when the client has closed the connection (the body is read by now, so the
+    server's next message is the disconnect)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _meta(outcome: Outcome | None) -> dict[str, Any]:
@@ -237,6 +270,7 @@ def engine_loader(settings: ServerSettings) -> Loader:
             max_model_len=settings.max_model_len,
             state_cache_bytes=settings.state_cache_mb * 2**20,
             token_budget=settings.max_batch_tokens,
+            noul_model=settings.noul_model,
         )
         return engine, folder_date(model_folder(settings.model))
 

@@ -43,6 +43,12 @@ class Metrics:
         self.pass_seconds = Histogram(
             "vsr_runtime_pass_seconds", "Seconds of one engine call.", buckets=_SECONDS, registry=self.registry
         )
+        self.dropped = Counter(
+            "vsr_runtime_dropped_requests",
+            "Requests (each of a batch counts one) dropped before the engine ran them, by why: "
+            "deadline (it passed), client_closed (the client went away), shutting_down, failed.",
+            ["why"], registry=self.registry,
+        )
 
         self._watched: tuple[DecisionEngine, Callable[[], int]] | None = None
         self._cache_seen = {name: 0 for name in _CACHE_COUNTERS}
@@ -63,6 +69,9 @@ class Metrics:
                     now = getattr(cache.stats, name)
                     counter.inc(now - self._cache_seen[name])
                     self._cache_seen[name] = now
+
+    def dropped_requests(self, why: str, requests: int) -> None:
+        self.dropped.labels(why).inc(requests)
 
     def watch(self, engine: DecisionEngine, depth: Callable[[], int]) -> None:
         """Read the queue depth and the engine's state cache when scraped (set once it has loaded)."""

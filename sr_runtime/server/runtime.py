@@ -83,6 +83,7 @@ class Runtime:
                 self.settings.max_queue,
                 self.metrics.engine_round,
                 before_round=None if threads is None else RoundThreads(threads),
+                on_dropped=self.metrics.dropped_requests,
             )
         except Exception as exc:  # noqa: BLE001 - a failed load is reported, never raised into a thread
             self.failure = load_failure(self.settings.model, exc)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from sr_control.systemone import DeadlineExceeded
 from sr_runtime.engine import Engine
 from sr_runtime.server import ServerSettings
 from sr_runtime.server.scheduler import Scheduler, estimate_tokens
@@ -107,3 +109,97 @@ def test_no_request_waits_behind_more_than_one_budget_of_others(checkpoint: Path
         if answered < len(requests):  # the next one waited only because it did not fit
             assert tokens + size[id(requests[answered])] > budget
     assert len(rounds) > 2
+
+
+# ---------------------------------------------------------------------------- slices, deadlines, callers gone
+
+
+def batch_of(n: int) -> list[DecisionRequest]:
+    return [DecisionRequest(f"{STATES[i % len(STATES)]} ({i})", QUESTIONS[:1]) for i in range(n)]
+
+
+def test_a_request_arriving_while_a_batch_runs_joins_the_next_round(checkpoint: Path) -> None:
+    """A batch is answered a slice at a time: a request that arrives meanwhile is answered in the
+    very next round, long before the batch ends, with the answer it gets alone."""
+    engine = Engine.load(checkpoint, state_cache_bytes=0)
+    one = DecisionRequest(STATES[0], QUESTIONS)
+    alone = numbers(engine.answer(one))
+    held = HeldEngine(engine)
+    scheduler = Scheduler(held, max_batch_tokens=16_384, max_queue=16)
+    try:
+        batch = batch_of(40)
+        big = scheduler.submit(batch)
+        assert held.entered.wait(30)
+        small = scheduler.submit([one])
+        held.release.set()
+        answered = small.result(30)
+        done = big.result(30)
+    finally:
+        held.release.set()
+        scheduler.close()
+    assert held.rounds[0] == batch[:1]  # the first slice: one request, before any round was measured
+    assert one in held.rounds[1]  # the next round
+    assert len(held.rounds) > 2 and sum(held.calls) == 41  # the batch went on in slices after it
+    assert numbers(answered.results[0]) == pytest.approx(alone, abs=1e-5)
+    assert [p for r in done.results for p in numbers(r)] == pytest.approx([p for r in batch for p in numbers(engine.answer(r))], abs=1e-5)
+
+
+def test_a_batch_whose_deadline_passes_stops_between_slices(checkpoint: Path) -> None:
+    held = HeldEngine(Engine.load(checkpoint))
+    dropped: list[tuple[str, int]] = []
+    scheduler = Scheduler(held, max_batch_tokens=16_384, max_queue=16, on_dropped=lambda why, n: dropped.append((why, n)))
+    try:
+        deadline = time.monotonic() + 0.2
+        job = scheduler.submit(batch_of(30), deadline)
+        assert held.entered.wait(30)
+        wait_until(lambda: time.monotonic() > deadline, "the deadline to pass")
+        held.release.set()
+        with pytest.raises(DeadlineExceeded):
+            job.result(30)
+        after = scheduler.submit(batch_of(1))
+        assert len(after.result(30).results) == 1  # the engine is free for the next request
+    finally:
+        held.release.set()
+        scheduler.close()
+    assert held.calls == [1, 1]  # the slice in the engine when the deadline passed, then the next request
+    assert dropped == [("deadline", 29)]
+    assert scheduler.depth == 0
+
+
+def test_an_abandoned_batch_frees_the_engine_for_the_next_request(checkpoint: Path) -> None:
+    held = HeldEngine(Engine.load(checkpoint))
+    dropped: list[tuple[str, int]] = []
+    scheduler = Scheduler(held, max_batch_tokens=16_384, max_queue=16, on_dropped=lambda why, n: dropped.append((why, n)))
+    try:
+        batch = batch_of(30)
+        job = scheduler.submit(batch)
+        assert held.entered.wait(30)
+        scheduler.abandon(job, "client_closed")
+        after = scheduler.submit(batch_of(1))
+        held.release.set()
+        assert len(after.result(30).results) == 1
+    finally:
+        held.release.set()
+        scheduler.close()
+    assert held.rounds == [batch[:1], batch_of(1)]
+    assert dropped == [("client_closed", 29)]
+    assert not job.done()  # nobody waits for it: it is never answered
+
+
+def test_a_batch_past_the_sidecars_deadline_gets_504_and_the_next_request_is_answered(checkpoint: Path) -> None:
+    """Through the server: the sidecar's x-vsr-deadline-ms ends the batch's work, the client gets
+    the JSON 504, and the metrics count the requests that never ran."""
+    held = HeldEngine(Engine.load(checkpoint))
+    batch = {"requests": {f"r{i}": body(state=f"{STATES[i % 4]} ({i})") for i in range(30)}}
+    with serving(ServerSettings(str(checkpoint)), engine_loader(held)) as client, ThreadPoolExecutor(1) as pool:
+        late = pool.submit(client.post, "/v1/systemone/batch", json=batch, headers={"x-vsr-deadline-ms": "300"})
+        assert held.entered.wait(30)
+        reply = late.result(30)  # answered while the engine still holds the batch's first slice
+        assert reply.status_code == 504
+        assert reply.json()["reason"] == "deadline_exceeded" and "300 ms" in reply.json()["detail"]["message"]
+        held.release.set()
+        answer = client.post("/v1/systemone", json=body())
+        assert answer.status_code == 200 and 0 <= answer.json()["answers"]["urgent"]["noul"] <= 1
+        metrics = client.get("/metrics").text
+    assert 'vsr_runtime_dropped_requests_total{why="deadline"} 29.0' in metrics
+    assert held.calls == [1, 1]
