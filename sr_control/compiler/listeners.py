@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from sr_control.compiler import names
-from sr_control.compiler.limits import BUFFER_LIMIT, DEFAULT_DEADLINE_MS, duration
+from sr_control.compiler.limits import BUFFER_LIMIT, DEADLINE_MARGIN_MS, DEFAULT_DEADLINE_MS, duration
 from sr_control.compiler.offer import ListenerOffer
 from sr_control.compiler.templates import fill
 
@@ -38,6 +38,7 @@ def listener(offer: ListenerOffer, *, route_config: dict[str, Any] | None = None
 
 
 def _message_timeout_ms(offer: ListenerOffer) -> int:
-    # The sidecar may spend the whole deadline in one message (splitting a batch upstream), so
-    # a message may take as long as the longest deadline the listener allows.
-    return max((o.deadline_ms for o in offer.offers if o.api.versioned), default=DEFAULT_DEADLINE_MS)
+    # The sidecar may spend the whole deadline in one message (calling the member itself, or
+    # splitting a batch upstream), then answers 504 in the listener's form: a message may take
+    # the longest deadline the listener allows, plus the margin for writing that answer.
+    return max((o.deadline_ms for o in offer.offers if o.api.versioned), default=DEFAULT_DEADLINE_MS) + DEADLINE_MARGIN_MS

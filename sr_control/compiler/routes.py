@@ -23,7 +23,7 @@ from typing import Any
 from sr_control.apis import REGISTRY, Api
 from sr_control.compiler import names
 from sr_control.compiler.clusters import upstream
-from sr_control.compiler.limits import BUFFER_LIMIT, LISTING_TIMEOUT_MS, LLM_TIMEOUT_MS, duration
+from sr_control.compiler.limits import BUFFER_LIMIT, DEADLINE_MARGIN_MS, LISTING_TIMEOUT_MS, LLM_TIMEOUT_MS, duration
 from sr_control.compiler.offer import ListenerOffer, Offer
 from sr_control.compiler.templates import fill
 from sr_control.config.model import ProviderModel, RouterConfig
@@ -70,7 +70,8 @@ def route_table(config: RouterConfig, offer: ListenerOffer, sidecar_version: str
         direct = None if offer.listener.auth is not None else _direct_provider(o, providers)
         for path in o.api.paths:
             if o.api.kind == "decision":
-                routes.append(_sidecar(offer, o.api.name, o.schema, path, o.deadline_ms, sidecar_version, None))
+                # The sidecar answers at the deadline; Envoy's timeout is the backstop after it.
+                routes.append(_sidecar(offer, o.api.name, o.schema, path, o.deadline_ms + DEADLINE_MARGIN_MS, sidecar_version, None))
             elif not o.models:
                 routes.append(_local(f"{o.api.name}:{path}", _match(path), 404, offer, f"listener {offer.name!r} offers {o.api.name} but no model serves it"))
             elif direct is not None:

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sr_control.compiler.limits import DEADLINE_MARGIN_MS, DEFAULT_DEADLINE_MS
 from sr_control.extproc import body as body_parts
 from sr_control.extproc.auth import KeysUnavailable, upstream_key
 from sr_control.extproc.capability import needs_of
@@ -42,7 +43,9 @@ from sr_control.systemone.writing import internal_body
 # Statuses after which another member may well answer: overloaded, unavailable, a gateway's.
 RETRIABLE = frozenset({429, 502, 503, 504, 529})
 DECISIONS = "/v1/decisions"
-DEFAULT_DEADLINE_MS = 60_000
+# What is left of the request's deadline when the sidecar sends it on, in ms: the member
+# (vllm-srun serve) stops the request's work when it runs out (docs/extproc/flow.md).
+DEADLINE_HEADER = "x-vsr-deadline-ms"
 _JSON = (("content-type", "application/json"),)
 _log = get_logger("vllm_sr.extproc")
 
@@ -121,7 +124,7 @@ class SystemOne:
                 raise ranking.error()
         except ProtocolError as exc:
             return error_answer(codec, exc, req), None
-        deadline = min(d for d in (req.ir.deadline_ms, offer.max_deadline_ms, DEFAULT_DEADLINE_MS) if d is not None)
+        deadline = request_deadline_ms(req.ir.deadline_ms, offer.max_deadline_ms)
         call = Call(incoming, codec, req, ranking, deadline, sent=b"" if multipart else body)
         first = ranking.capable[0]
         if first.schema == "vllm-sr/5.0" and self._envoy_forwards(first):
@@ -153,7 +156,10 @@ class SystemOne:
         call.tried.add(member.name)
         self.s.pool.begin(member)
         sets = [
-            ("x-envoy-upstream-rq-timeout-ms", str(max(1, int(call.incoming.remaining_s(call.deadline_ms) * 1000)))),
+            # The member stops at the deadline and answers 504 in JSON; Envoy's own timeout (an
+            # empty 504) is the backstop after it.
+            (DEADLINE_HEADER, str(_left_ms(call))),
+            ("x-envoy-upstream-rq-timeout-ms", str(_left_ms(call) + DEADLINE_MARGIN_MS)),
             # Envoy's access log shows the path the client asked for, not /v1/decisions.
             ("x-envoy-original-path", call.incoming.path),
         ]
@@ -255,7 +261,7 @@ class SystemOne:
         """One /v1/decisions call to a vllm-sr/5.0 member: every item answered, or a failure; or,
         when the member calls its reply to the whole request whole and that is the client's
         answer as it is (``x-vsr-reply``), the reply's own bytes, never read."""
-        headers = [("content-type", "application/json"), ("x-request-id", call.incoming.request_id)]
+        headers = [("content-type", "application/json"), ("x-request-id", call.incoming.request_id), (DEADLINE_HEADER, str(_left_ms(call)))]
         key = upstream_key(member.api_key_env)
         if key is not None:
             headers.append(("authorization", f"Bearer {key}"))
@@ -335,6 +341,17 @@ class SystemOne:
         if reply.status >= 500 and reply.status not in (504,):
             self.s.cards.failed(member, f"answered {reply.status}")
         return reply
+
+
+def request_deadline_ms(asked: int | None, listener_max: int | None) -> int:
+    """Every request's deadline: the client's ``options.deadline_ms`` capped by the listener's
+    ``max_deadline_ms`` (compiled into the sidecar's data; the compiler's default where absent)."""
+    cap = listener_max if listener_max is not None else DEFAULT_DEADLINE_MS
+    return cap if asked is None else min(asked, cap)
+
+
+def _left_ms(call: Call) -> int:
+    return max(1, int(call.incoming.remaining_s(call.deadline_ms) * 1000))
 
 
 def unreadable(call: Call, member: Member | None, exc: BaseException) -> ErrorInfo:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.compiler.compiled import cluster, compile_text, listener
+from tests.compiler.compiled import cluster, compile_text, listener, sidecar_data
 from sr_control.compiler import Address, CompileError, Settings
+from sr_control.compiler.limits import DEADLINE_MARGIN_MS, DEFAULT_DEADLINE_MS
 
 CONFIG = """
 version: 2
@@ -85,11 +86,25 @@ def test_a_sidecar_on_a_unix_socket() -> None:
     assert address == {"pipe": {"path": "/run/vsr/extproc.sock"}}
 
 
-def test_the_ext_proc_message_timeout_follows_the_deadline(resources) -> None:  # type: ignore[no-untyped-def]
-    hcm = listener(resources, "public")["filter_chains"][0]["filters"][0]["typed_config"]
-    ext_proc = next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
-    assert ext_proc["typed_config"]["message_timeout"] == "4s"
+def _ext_proc(resources, name: str = "public"):  # type: ignore[no-untyped-def]
+    hcm = listener(resources, name)["filter_chains"][0]["filters"][0]["typed_config"]
+    return next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
+
+
+def test_the_ext_proc_message_timeout_ends_after_the_deadline(resources) -> None:  # type: ignore[no-untyped-def]
+    """The sidecar answers 504 in the listener's form at the 4 s deadline; Envoy's message timeout
+    (an empty 504) comes only the margin after it."""
+    ext_proc = _ext_proc(resources)
+    assert DEADLINE_MARGIN_MS == 2_000
+    assert ext_proc["typed_config"]["message_timeout"] == "6s"
     assert ext_proc["disabled"] is True  # on only where a route enables it
+
+
+def test_a_listener_without_max_deadline_ms_has_the_default_deadline() -> None:
+    resources = compile_text(CONFIG.replace("{max_deadline_ms: 4000}", "{}"))
+    assert DEFAULT_DEADLINE_MS == 60_000
+    assert _ext_proc(resources)["typed_config"]["message_timeout"] == "62s"
+    assert sidecar_data(resources, "public")["apis"][0]["max_deadline_ms"] == 60_000
 
 
 def test_endpoints_one_cluster_cannot_hold_are_reported_with_their_field() -> None:

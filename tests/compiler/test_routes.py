@@ -52,7 +52,7 @@ def test_system_one_paths_go_through_the_sidecar_with_the_listener_schema(resour
     assert metadata["x-vsr-api"] == "systemone"
     assert metadata["x-vsr-schema"] == "vllm-sr/4.0"
     assert route["route"]["cluster_header"] == "x-vsr-cluster"
-    assert route["route"]["timeout"] == "2.500s"
+    assert route["route"]["timeout"] == "4.500s"  # the 2.5 s deadline and the margin: the sidecar answers first
 
 
 @pytest.mark.parametrize(
