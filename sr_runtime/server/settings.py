@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sr_control.systemone import REGISTRY
 
@@ -30,6 +31,7 @@ class ServerSettings:
     max_queue: int = DEFAULT_MAX_QUEUE
     threads: int | None = None  # math threads on CPU; None: math_threads() decides
     workers: int = 1  # server processes on the port, each with its own model (workers.py)
+    noul_model: Path | None = None  # `default`'s noul reader, an ONNX file or a Hugging Face folder
 
     def __post_init__(self) -> None:
         if self.schema not in SCHEMAS:
