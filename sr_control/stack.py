@@ -11,6 +11,11 @@ processes in sessions of their own, so a Ctrl-C reaches this supervisor only, wh
 them in order. The control plane runs in this process. Each child writes its log to the state
 directory, and a part that fails to start or dies is reported with the end of its log.
 
+Secrets stay where they belong (docs/extproc/auth.md): the runtime requires a key the stack
+makes at each start; the sidecar and Envoy's admin listen on Unix sockets of mode 0600 in a
+folder of mode 0700; each child gets only the key variables it reads; every child's output
+reaches its log (mode 0600, in a 0700 folder) through a redactor that removes keys.
+
 Stopping drains: Envoy stops accepting connections, the requests it holds finish (through the
 sidecar and the runtime, both still up), then Envoy, the sidecar, the control plane and the
 runtime stop, each within a bound.
@@ -19,21 +24,26 @@ runtime stop, each within a bound.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
-from typing import Callable
+from collections.abc import Mapping
+from typing import IO, Callable
 
 from sr_control import log
 from sr_control.compiler import Address, Settings, bootstrap
@@ -42,10 +52,14 @@ from sr_control.compiler.protos import to_dict
 from sr_control.config import load as loader
 from sr_control.config.model import RouterConfig
 from sr_control.config.source import dump, parse
+from sr_control.redact import Redactor
 from sr_control.xds import ControlPlane
 
 _log = log.get_logger("vllm_sr.stack")
 BIN = Path(sys.executable).parent
+# The variable under which the runtime and its callers (the sidecar, Envoy) get the key the stack
+# makes at each start; the embedded config's deployment names it (api_key_env).
+RUNTIME_KEY_ENV = "VLLM_SR_RUNTIME_KEY"
 # After the drain bound, how long the parts have to exit before they are killed.
 STOP_GRACE = 1.5
 
@@ -109,6 +123,20 @@ class Stack:
     _plane: ControlPlane | None = None
     _config: RouterConfig | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
+    # The sidecar's and Envoy admin's Unix sockets, in a folder of mode 0700 made at start (a
+    # short path: a socket's path may not exceed 107 bytes, and a state directory can be deep).
+    _run_dir: Path | None = None
+    _redactor: Redactor = field(default_factory=Redactor)
+
+    @property
+    def sidecar_socket(self) -> Path:
+        assert self._run_dir is not None, "a started stack"
+        return self._run_dir / "extproc.sock"
+
+    @property
+    def admin_socket(self) -> Path:
+        assert self._run_dir is not None, "a started stack"
+        return self._run_dir / "envoy-admin.sock"
 
     @property
     def config_path(self) -> Path:
@@ -117,44 +145,57 @@ class Stack:
     def start(self) -> None:
         opts = self.options
         ports = opts.ports
-        opts.state_dir.mkdir(parents=True, exist_ok=True)
-        (opts.state_dir / "logs").mkdir(exist_ok=True)
+        # The state holds the logs and the served config: this user's alone.
+        for folder in (opts.state_dir, opts.state_dir / "logs"):
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            folder.chmod(0o700)
+        # The sidecar and Envoy's admin listen on Unix sockets (no port): only their ports for
+        # plain HTTP and the listeners are checked.
         for name, port in (
             ("runtime", ports.runtime),
             ("control plane", ports.xds),
             ("control plane status", ports.xds_status),
-            ("ext_proc sidecar", ports.sidecar),
             ("ext_proc sidecar status", ports.sidecar_status),
-            ("Envoy admin", ports.admin),
         ):
             _free(name, port)
         self._place_config()
         config = self._config = loader.load(self.config_path)  # refuse a bad config before starting anything
         for listener in config.listeners:
             _free(f"listener {listener.name}", listener.port, listener.address)
+        _check_runtime_key(config, ports.runtime, self.config_path)
 
-        self._spawn("runtime", [str(BIN / "vllm-srun"), "serve", opts.model, "--device", opts.device, "--host", "127.0.0.1", "--port", str(ports.runtime)])
+        # The runtime answers only callers holding this key, made anew at each start.
+        runtime_key = secrets.token_urlsafe(32)
+        env = Environments.of(config, os.environ, runtime_key)
+        self._redactor = Redactor(env.key_values())
+        self._run_dir = Path(tempfile.mkdtemp(prefix="vllm-sr-"))  # mode 0700
+
+        self._spawn("runtime", [
+            str(BIN / "vllm-srun"), "serve", opts.model, "--device", opts.device, "--host", "127.0.0.1", "--port", str(ports.runtime),
+            "--api-key-env", RUNTIME_KEY_ENV,
+        ], env.runtime)
         self._wait("runtime", lambda: _health(f"http://127.0.0.1:{ports.runtime}/health"))
 
         settings = Settings(
-            xds=Address("127.0.0.1", ports.xds), sidecar=Address("127.0.0.1", ports.sidecar), admin=Address("127.0.0.1", ports.admin)
+            xds=Address("127.0.0.1", ports.xds), sidecar=Address(path=str(self.sidecar_socket)), admin=Address(path=str(self.admin_socket))
         )
         self._plane = ControlPlane(self.config_path, settings, host="127.0.0.1", port=ports.xds, status_port=ports.xds_status)
         self._plane.start()
 
         self._spawn("extproc", [
             str(BIN / "vllm-sr"), "--log-format", "json", "extproc", "serve",
-            "--xds", f"127.0.0.1:{ports.xds}", "--port", str(ports.sidecar), "--status-port", str(ports.sidecar_status),
+            "--xds", f"127.0.0.1:{ports.xds}", "--socket", str(self.sidecar_socket), "--status-port", str(ports.sidecar_status),
             "--drain-s", str(opts.drain_timeout),
-        ])
+        ], env.sidecar)
         self._wait("extproc", lambda: _get(f"http://127.0.0.1:{ports.sidecar_status}/healthz") == 200)
 
         boot = opts.state_dir / "bootstrap.yaml"
         boot.write_text(to_yaml(to_dict(bootstrap(settings))), encoding="utf-8")
         envoy = shutil.which("envoy", path=str(BIN)) or "envoy"
-        self._spawn("envoy", [envoy, "-c", str(boot), "--base-id", str(ports.admin), "--log-level", "warn"])
-        self._wait("envoy", lambda: _get(f"http://127.0.0.1:{ports.admin}/ready") == 200)
-        self._wait("envoy listeners", lambda: _listeners_live(ports.admin, len(config.listeners)))
+        self._spawn("envoy", [envoy, "-c", str(boot), "--base-id", str(ports.admin), "--log-level", "warn"], env.envoy)
+        admin = self.admin_socket
+        self._wait("envoy", lambda: admin_get(admin, "/ready")[0] == 200)
+        self._wait("envoy listeners", lambda: _listeners_live(admin, len(config.listeners)))
 
     def _place_config(self) -> None:
         """Put the config to serve at ``config_path``.
@@ -181,12 +222,18 @@ class Stack:
         self.config_path.write_text(text, encoding="utf-8")
         written.write_text(hashlib.sha256(text.encode()).hexdigest() + "\n", encoding="utf-8")
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        """Start a child with ``env`` as its whole environment; its output reaches its log file
+        (mode 0600) through the redactor, never straight from the child."""
         path = self.options.state_dir / "logs" / f"{name}.log"
-        out = path.open("wb")
+        out = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
+        os.chmod(path, 0o600)  # a log left by an older stack may be wider
         _log.info("starting", part=name, log=str(path))
-        process = subprocess.Popen(_dying_with_parent(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        out.close()
+        process = subprocess.Popen(
+            _dying_with_parent(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env
+        )
+        assert process.stdout is not None
+        threading.Thread(target=_copy_redacted, args=(process.stdout, out, self._redactor), name=f"log-{name}", daemon=True).start()
         self._children.append(_Child(name, process, path))
 
     def _wait(self, name: str, ready: Callable[[], bool]) -> None:
@@ -232,6 +279,9 @@ class Stack:
             self._plane = None
         self._terminate([c for c in reversed(self._children) if c is not envoy], bound)
         self._children.clear()
+        if self._run_dir is not None:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
+            self._run_dir = None
 
     def _child(self, name: str) -> _Child | None:
         return next((c for c in self._children if c.name == name), None)
@@ -251,10 +301,8 @@ class Stack:
 
     def _drain_envoy(self) -> None:
         """Envoy stops accepting; the requests it holds finish (bounded) before it is stopped."""
-        admin = f"http://127.0.0.1:{self.options.ports.admin}"
-        try:
-            urllib.request.urlopen(urllib.request.Request(f"{admin}/drain_listeners", method="POST"), timeout=2).close()
-        except OSError:
+        admin = self.admin_socket
+        if admin_get(admin, "/drain_listeners", method="POST")[0] == 0:
             return
         deadline = time.monotonic() + self.options.drain_timeout
         while time.monotonic() < deadline and _active_requests(admin) > 0:
@@ -271,8 +319,8 @@ class Stack:
         rows += [
             ("runtime", f"http://127.0.0.1:{ports.runtime}  (model {self.options.model}; POST /v1/systemone, GET /v1/models)"),
             ("control plane", f"127.0.0.1:{ports.xds} (ADS), http://127.0.0.1:{ports.xds_status}/status"),
-            ("ext_proc sidecar", f"127.0.0.1:{ports.sidecar} (gRPC), http://127.0.0.1:{ports.sidecar_status}/status"),
-            ("envoy admin", f"http://127.0.0.1:{ports.admin}"),
+            ("ext_proc sidecar", f"unix:{self.sidecar_socket} (gRPC, this user only), http://127.0.0.1:{ports.sidecar_status}/status"),
+            ("envoy admin", f"unix:{self.admin_socket} (this user only: curl --unix-socket PATH http://envoy/stats)"),
             ("config", f"{self.config_path}  (edits go live)"),
             ("logs", f"{self.options.state_dir / 'logs'}"),
         ]
@@ -350,23 +398,117 @@ def _health(url: str) -> bool:
     return bool(body.get("ready", body.get("status") == "ready"))
 
 
-def _active_requests(admin: str) -> int:
-    """Requests Envoy's listeners hold now (every HTTP connection manager's active gauge)."""
+def admin_get(admin: Path, path: str, method: str = "GET", timeout: float = 2) -> tuple[int, bytes]:
+    """Envoy's admin on its Unix socket: (status, body), or (0, b"") when it does not answer."""
+    conn = _UnixHTTP(str(admin), timeout)
     try:
-        with urllib.request.urlopen(f"{admin}/stats?format=json&filter=downstream_rq_active", timeout=1) as reply:
-            stats = json.loads(reply.read()).get("stats", [])
-    except (OSError, ValueError):
+        conn.request(method, path, headers={"host": "envoy"})
+        reply = conn.getresponse()
+        return reply.status, reply.read()
+    except OSError:
+        return 0, b""
+    finally:
+        conn.close()
+
+
+class _UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("envoy", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _active_requests(admin: Path) -> int:
+    """Requests Envoy's listeners hold now (every HTTP connection manager's active gauge)."""
+    status, body = admin_get(admin, "/stats?format=json&filter=downstream_rq_active", timeout=1)
+    try:
+        stats = json.loads(body).get("stats", []) if status == 200 else []
+    except ValueError:
         return 0
     return sum(int(s.get("value", 0)) for s in stats if s.get("name", "").startswith("http.") and not s["name"].startswith("http.admin."))
 
 
-def _listeners_live(admin: int, expected: int) -> bool:
+def _listeners_live(admin: Path, expected: int) -> bool:
+    status, body = admin_get(admin, "/listeners?format=json", timeout=1)
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/listeners?format=json", timeout=1) as reply:
-            live = json.loads(reply.read()).get("listener_statuses", [])
-    except (OSError, ValueError):
+        live = json.loads(body).get("listener_statuses", []) if status == 200 else []
+    except ValueError:
         return False
     return len(live) >= expected
 
 
-__all__ = ["Ports", "Stack", "StackError", "StackOptions", "default_config", "listening_owner"]
+def _copy_redacted(source: IO[bytes], out: IO[bytes], redactor: Redactor) -> None:
+    """A child's output, line by line, into its log file without any key (until it exits)."""
+    with source, out:
+        for raw in source:
+            out.write(redactor.line(raw))
+            out.flush()
+
+
+@dataclass(frozen=True)
+class Environments:
+    """Each child's whole environment: the supervisor's, less every key variable the config names
+    and the runtime's key, plus the ones that child reads.
+
+        runtime   the stack's runtime key
+        sidecar   listener keys; keys of the members it calls itself (deployments, System One
+                  providers); never an LLM provider's
+        envoy     every upstream's key (it adds them as requests leave, compiler/credentials.py);
+                  never a listener's
+
+    A variable a live edit names later reaches no child until the stack restarts."""
+
+    runtime: dict[str, str]
+    sidecar: dict[str, str]
+    envoy: dict[str, str]
+    keys: dict[str, str]  # every key variable the stack knows, for the redactor
+
+    @classmethod
+    def of(cls, config: RouterConfig, environ: Mapping[str, str], runtime_key: str) -> Environments:
+        from sr_control.apis import REGISTRY
+
+        listener_vars = {l.auth.keys_env for l in config.listeners if l.auth is not None and l.auth.keys_env}
+        deployment_vars = {d.api_key_env for d in config.deployments.values() if d.api_key_env}
+        member_vars = {m.api_key_env for m in config.providers.models if m.api_key_env and REGISTRY.canonical(m.api_format) == "systemone"}
+        provider_vars = {m.api_key_env for m in config.providers.models if m.api_key_env}
+        keys = {name: environ[name] for name in listener_vars | deployment_vars | provider_vars if environ.get(name)}
+        keys[RUNTIME_KEY_ENV] = runtime_key
+        base = {k: v for k, v in environ.items() if k not in keys and k != RUNTIME_KEY_ENV}
+
+        def given(names: set[str]) -> dict[str, str]:
+            return base | {n: keys[n] for n in names if n in keys}
+
+        return cls(
+            runtime=given({RUNTIME_KEY_ENV}),
+            sidecar=given(listener_vars | deployment_vars | member_vars),
+            envoy=given(deployment_vars | provider_vars),
+            keys=keys,
+        )
+
+    def key_values(self) -> list[str]:
+        """Every key, each listener variable's split into its keys, as the sidecar splits them."""
+        return [k for value in self.keys.values() for k in value.replace(",", " ").split()]
+
+
+def _check_runtime_key(config: RouterConfig, runtime_port: int, path: Path) -> None:
+    """A deployment that reaches the stack's runtime must name the stack's key, which the runtime
+    requires: without it every call would be 401, found out only at the first request."""
+    for name, dep in config.deployments.items():
+        target = urllib.parse.urlsplit(dep.endpoint or "")
+        if target.hostname in ("127.0.0.1", "localhost", "::1") and target.port == runtime_port and dep.api_key_env != RUNTIME_KEY_ENV:
+            raise StackError(
+                f"{path}: deployments.{name} reaches the stack's runtime ({dep.endpoint}), which answers only callers holding "
+                f"the key the stack makes at each start: give it `api_key_env: {RUNTIME_KEY_ENV}` (or start with --reset-config)"
+            )
+
+
+__all__ = ["RUNTIME_KEY_ENV", "Environments", "Ports", "Stack", "StackError", "StackOptions", "admin_get", "default_config", "listening_owner"]

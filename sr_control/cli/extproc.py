@@ -32,6 +32,7 @@ def serve(
     xds: Annotated[Address, typer.Option("--xds", parser=address, metavar="HOST:PORT", help="The control plane's ADS port, where the sidecar subscribes to its data.", show_default=False)],
     host: Annotated[str, typer.Option(help="Address to listen on (the sidecar runs beside Envoy: loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="The ext_proc gRPC port Envoy calls.", min=1, max=65535)] = 18080,
+    socket: Annotated[str, typer.Option(help="Serve ext_proc on this Unix socket (absolute path, created mode 0600) instead of --host/--port: only this user's processes, Envoy beside it, can connect.", show_default=False)] = "",
     status_port: Annotated[int, typer.Option(help="HTTP port for /status, /metrics and /healthz.", min=0, max=65535)] = 18081,
     status_host: Annotated[str, typer.Option(help="Address of the status port (default: --host); e.g. 0.0.0.0 for a Prometheus outside the pod.", show_default=False)] = "",
     workers: Annotated[int, typer.Option(help="Worker processes sharing the gRPC port; their metrics add up on one /metrics.", min=1, max=64)] = 1,
@@ -49,20 +50,24 @@ def serve(
     """
     if forwarding not in ("auto", "envoy", "sidecar"):
         raise typer.BadParameter("auto, envoy or sidecar", param_hint="--forwarding")
-    settings = SidecarSettings(
-        xds=str(xds),
-        host=host,
-        port=port,
-        status_port=status_port,
-        status_host=status_host,
-        workers=workers,
-        listeners=_listeners(listeners),
-        node_id=node_id,
-        version_wait_ms=version_wait_ms,
-        card_refresh_s=card_refresh_s,
-        forwarding=forwarding,  # type: ignore[arg-type]  # checked to be one of Forwarding's values above
-        drain_s=drain_s,
-    )
+    try:
+        settings = SidecarSettings(
+            xds=str(xds),
+            host=host,
+            port=port,
+            socket=socket,
+            status_port=status_port,
+            status_host=status_host,
+            workers=workers,
+            listeners=_listeners(listeners),
+            node_id=node_id,
+            version_wait_ms=version_wait_ms,
+            card_refresh_s=card_refresh_s,
+            forwarding=forwarding,  # type: ignore[arg-type]  # checked to be one of Forwarding's values above
+            drain_s=drain_s,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     try:
         code = serve_sidecar(settings)
     except OSError as exc:

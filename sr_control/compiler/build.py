@@ -57,7 +57,11 @@ def static_bootstrap(config: RouterConfig, settings: Settings = Settings()) -> B
 def _common(settings: Settings) -> dict[str, object]:
     return {
         "node": fill("bootstrap/node", id=settings.node_id, cluster=settings.node_cluster),
-        "admin": fill("bootstrap/admin", address=settings.admin.host, port=settings.admin.port),
+        "admin": (
+            fill("bootstrap/admin_socket", path=settings.admin.path)
+            if settings.admin.path
+            else fill("bootstrap/admin", address=settings.admin.host, port=settings.admin.port)
+        ),
         "layered_runtime": fill("bootstrap/layered_runtime"),
         "overload_manager": fill("bootstrap/overload_manager", max_connections=settings.max_downstream_connections),
     }

@@ -19,7 +19,9 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
+from sr_control.apis import REGISTRY
 from sr_control.compiler import names
+from sr_control.compiler.credentials import upstream_key_filters
 from sr_control.compiler.errors import CompileError
 from sr_control.compiler.limits import BUFFER_LIMIT
 from sr_control.compiler.settings import Address, Settings
@@ -84,6 +86,7 @@ def deployment_cluster(name: str, dep: Deployment, settings: Settings, *, eds: b
         # failing at once; past that the client gets 503 with no upstream call.
         limits=dict(max_connections=n, max_pending_requests=4 * n, max_requests=n, max_retries=max(1, n // 4)),
         discovered=eds and dep.service is not None,
+        filters=upstream_key_filters(dep.api_key_env) if dep.api_key_env else None,
     )
 
 
@@ -95,6 +98,7 @@ def provider_cluster(model: ProviderModel, index: int, settings: Settings) -> di
         settings,
         health=[fill("cluster/tcp_health_check")],
         limits=dict(max_connections=1024, max_pending_requests=1024, max_requests=1024, max_retries=3),
+        filters=upstream_key_filters(model.api_key_env, REGISTRY.canonical(model.api_format)) if model.api_key_env else None,
     )
 
 
@@ -119,7 +123,8 @@ def clusters(config: RouterConfig, settings: Settings, *, eds: bool = True) -> l
 
 
 def _cluster(
-    name: str, up: Upstream, settings: Settings, *, health: list[Any], limits: dict[str, int], discovered: bool = False
+    name: str, up: Upstream, settings: Settings, *, health: list[Any], limits: dict[str, int], discovered: bool = False,
+    filters: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     static = all(_is_ip(host) for host, _ in up.hosts)
     endpoints = [fill("cluster/endpoint", address=_socket(host, port), hostname=host) for host, port in up.hosts]
@@ -135,6 +140,7 @@ def _cluster(
         ignore_health_on_host_removal=True if discovered else None,
         protocol={"http_protocol_options": {}},
         upstream_options={"auto_sni": True, "auto_san_validation": True} if up.tls else None,
+        http_filters=filters,
         outlier_detection=fill("cluster/outlier_detection"),
         health_checks=health,
         transport_socket=fill("cluster/tls", ca_file=settings.ca_file) if up.tls else None,
@@ -161,6 +167,7 @@ def _grpc_cluster(name: str, address: Address, *, max_requests: int, http2: dict
         # gRPC needs HTTP/2, set the non-deprecated way (gotcha 9).
         protocol={"http2_protocol_options": http2},
         upstream_options=None,
+        http_filters=None,
         outlier_detection=None,
         health_checks=None,
         transport_socket=None,

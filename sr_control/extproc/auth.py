@@ -22,6 +22,8 @@ from sr_control.extproc.data import AuthRef
 
 WRONG_KEY = "Cannot authenticate with the server. Please check your API key and try again."
 MISSING_KEY = "missing API key: send the header Authorization: Bearer <key>"
+# Refused whichever of the two holds the key, as the runtime refuses them: one rule at every door.
+TWO_KEYS = "two Authorization headers: send one, Authorization: Bearer <key>"
 _SPLIT = re.compile(r"[\s,]+")
 _RECHECK_S = 1.0
 
@@ -107,4 +109,4 @@ def _parse(text: str) -> tuple[bytes, ...]:
     return tuple(k.encode() for k in _SPLIT.split(text.strip()) if k)
 
 
-__all__ = ["KeyRing", "KeysUnavailable", "MISSING_KEY", "Verdict", "WRONG_KEY", "upstream_key"]
+__all__ = ["KeyRing", "KeysUnavailable", "MISSING_KEY", "TWO_KEYS", "Verdict", "WRONG_KEY", "upstream_key"]

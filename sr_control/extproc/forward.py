@@ -160,26 +160,16 @@ class SystemOne:
             # empty 504) is the backstop after it.
             (DEADLINE_HEADER, str(_left_ms(call))),
             ("x-envoy-upstream-rq-timeout-ms", str(_left_ms(call) + DEADLINE_MARGIN_MS)),
-            # Envoy's access log shows the path the client asked for, not /v1/decisions.
-            ("x-envoy-original-path", call.incoming.path),
+            # Envoy's access log shows the path the client asked for, not /v1/decisions (without
+            # the query: the header goes upstream too, and a query may hold a client's key).
+            ("x-envoy-original-path", call.incoming.path.partition("?")[0]),
         ]
-        removes: list[str] = []
-        auth = self._authorization(call.incoming, member)
-        if auth:
-            sets.append(("authorization", auth))
-        elif auth == "":
-            removes.append("authorization")
         if body is not None:
             sets.append(("content-type", "application/json"))
-        return Forward(cluster=member.cluster, path=member.path(DECISIONS), body=body, set_headers=tuple(sets), remove_headers=tuple(removes), member=member.name)
-
-    def _authorization(self, incoming: Incoming, member: Member) -> str | None:
-        """The member's key as an Authorization value; "" to remove the client's (it was the
-        listener's key); None to leave the header as the client sent it."""
-        key = upstream_key(member.api_key_env)
-        if key is not None:
-            return f"Bearer {key}"
-        return "" if incoming.data.auth is not None else None
+        # No key here: Envoy adds the member's own as the request leaves for its cluster, and a
+        # listener with keys drops the client's (sr_control/compiler/credentials.py), so no
+        # ext_proc answer carries a key.
+        return Forward(cluster=member.cluster, path=member.path(DECISIONS), body=body, set_headers=tuple(sets), member=member.name)
 
     # ------------------------------------------------------------------------ the answer
 

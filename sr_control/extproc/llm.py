@@ -3,8 +3,9 @@
 A listener's ``chat_completions``, ``responses``, ``messages`` or ``images`` route comes here
 when Envoy cannot send it on by itself: several models serve the API, a model needs an API key,
 or the listener checks keys. The sidecar reads ``model`` (only that member is decoded), names
-the provider's cluster, rewrites the path onto the provider's base path and adds the provider's
-key from its own environment. The answer streams back from the provider untouched.
+the provider's cluster and rewrites the path onto the provider's base path; Envoy adds the
+provider's key as the request leaves (the sidecar never holds it). The answer streams back from
+the provider untouched.
 
 Errors are the API's own shape, so an OpenAI or Anthropic client reads them as it reads its
 provider's: an unknown model is 404 naming the model and the listener.
@@ -17,7 +18,6 @@ from typing import Any
 
 import msgspec
 
-from sr_control.extproc.auth import KeysUnavailable, upstream_key
 from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.incoming import Incoming
 
@@ -61,24 +61,14 @@ def route(incoming: Incoming, body: bytes) -> Forward | Answer:
     if provider is None:
         names = ", ".join(m for m in served if m in incoming.data.providers) or "none"
         return llm_error(api, 404, f"The model '{model}' does not exist on listener '{listener}' (its {api} models: {names})", "model_not_found", "model")
-    try:
-        key = upstream_key(provider.api_key_env)
-    except KeysUnavailable as exc:
-        return llm_error(api, 500, f"the router cannot call {model}: {exc}", "provider_key_unavailable")
     sets: list[tuple[str, str]] = []
-    removes: list[str] = []
-    if key is not None:
-        if api == ANTHROPIC:
-            sets.append(("x-api-key", key))
-            removes.append("authorization")
-        else:
-            sets.append(("authorization", f"Bearer {key}"))
-    elif incoming.data.auth is not None:
-        removes.append("authorization")  # the client's key was the listener's, not the provider's
     path = provider.base_path + incoming.path[len("/v1"):] if incoming.path.startswith("/v1") else incoming.path
     if path != incoming.path:
-        sets.append(("x-envoy-original-path", incoming.path))  # what the access log shows
-    return Forward(cluster=provider.cluster, path=path if path != incoming.path else None, set_headers=tuple(sets), remove_headers=tuple(removes))
+        # What the access log shows; without the query, as the header goes upstream too.
+        sets.append(("x-envoy-original-path", incoming.path.partition("?")[0]))
+    # No key here: Envoy adds the provider's from its own environment as the request leaves, and
+    # a listener with keys drops the client's (sr_control/compiler/credentials.py).
+    return Forward(cluster=provider.cluster, path=path if path != incoming.path else None, set_headers=tuple(sets))
 
 
 __all__ = ["llm_error", "route"]

@@ -28,7 +28,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from sr_control.compiler.names import CLUSTER_HEADER
 from sr_control.extproc import envoy, llm
-from sr_control.extproc.auth import KeysUnavailable
+from sr_control.extproc.auth import TWO_KEYS, KeysUnavailable
 from sr_control.extproc.data import SYSTEMONE_API
 from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.forward import Call, SystemOne, error_answer, listener_codec, whole_as_sent
@@ -111,10 +111,16 @@ class Exchange:
             self.s.metrics.version_waits.labels("arrived" if data is not None else "timeout").inc()
             if data is None:
                 return self._immediate(self._unknown_version(version))
+        if data.listener != self.listener:
+            # Envoy sends the version its route was compiled with, always the route's own
+            # listener's. A version of another listener (one without keys, say) would lend this
+            # request that listener's auth: refused as a version this listener never had.
+            _log.warning("config version of another listener", listener=self.listener, version=version, belongs_to=data.listener)
+            return self._immediate(self._unknown_version(version))
         request_id = headers.get("x-request-id") or uuid.uuid4().hex
         incoming = self.incoming = Incoming(self.listener, self.api, data, headers.get(":method", ""), headers.get(":path", ""), headers, request_id, self.started)
         if data.auth is not None:
-            denied = self._check_key(incoming)
+            denied = self._check_key(incoming, sum(1 for h in message.headers.headers if h.key == "authorization"))
             if denied is not None:
                 return self._immediate(denied)
         if self.api == LISTING_API:
@@ -187,8 +193,11 @@ class Exchange:
             return error_answer(listener_codec(data.systemone if data is not None else None), error)
         return llm.llm_error(self.api, error.status, str(error), code)
 
-    def _check_key(self, incoming: Incoming) -> Answer | None:
+    def _check_key(self, incoming: Incoming, given: int) -> Answer | None:
+        """``given``: how many Authorization headers came; two are refused, as the runtime does."""
         assert incoming.data.auth is not None
+        if given > 1:
+            return self._error(AuthenticationFailed(TWO_KEYS, reason="invalid_key"), "invalid_api_key")
         try:
             verdict = self.s.keys.check(incoming.data.auth, incoming.headers.get("authorization"))
         except KeysUnavailable as exc:

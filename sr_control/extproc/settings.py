@@ -13,6 +13,9 @@ class SidecarSettings:
     xds: str = "127.0.0.1:18000"  # the control plane's ADS port
     host: str = "127.0.0.1"
     port: int = 18080  # the ext_proc gRPC port Envoy calls
+    # A Unix socket to serve ext_proc on instead of host:port, created mode 0600: only this
+    # user's processes (Envoy beside it) can connect (docs/extproc/auth.md, who reaches what).
+    socket: str = ""
     status_port: int = 18081  # /status, /metrics, /healthz
     # Where the status port listens: "" = host. A Prometheus outside the pod needs it reachable
     # while the gRPC port stays on loopback for Envoy alone.
@@ -30,6 +33,18 @@ class SidecarSettings:
     # several endpoints); the sidecar calls a member of one host itself.
     forwarding: Forwarding = "auto"
     drain_s: float = 10.0  # on SIGTERM: how long open streams may take to finish
+
+    def __post_init__(self) -> None:
+        if self.socket and self.workers > 1:
+            # SO_REUSEPORT spreads TCP connections over workers; one Unix socket has one owner.
+            raise ValueError("--socket serves one worker: give --workers 1, or serve N workers on a loopback --port")
+        if self.socket and not self.socket.startswith("/"):
+            raise ValueError(f"--socket {self.socket!r}: give an absolute path")
+
+    @property
+    def listen(self) -> str:
+        """Where Envoy reaches the gRPC server, as the compiler's ``--sidecar`` spells it."""
+        return f"unix:{self.socket}" if self.socket else f"{self.host}:{self.port}"
 
     @property
     def status_address(self) -> str:

@@ -136,12 +136,18 @@ async def _answered(request: HttpRequest, scheduler: Scheduler, plan: EnginePlan
         if gone in done:
             raise ClientDisconnect()
         why = "deadline"
-        raise DeadlineExceeded(f"options.deadline_ms ({deadline_ms} ms) passed before the model answered", reason="deadline_exceeded")
+        raise DeadlineExceeded(f"{_deadline_source(deadline_ms, request)} passed before the model answered", reason="deadline_exceeded")
     finally:
         gone.cancel()
         if why:
             scheduler.abandon(job, why)
             answer.cancel()  # nobody reads what the job may still set
+
+
+def _deadline_source(deadline_ms: int | None, request: HttpRequest) -> str:
+    if request.headers.get(DEADLINE_HEADER) == str(deadline_ms):
+        return f"the request's deadline ({deadline_ms} ms of it were left when the router sent it here)"
+    return f"options.deadline_ms ({deadline_ms} ms)"
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -45,7 +45,8 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.01, what: str
 
 
 class Envoy:
-    def __init__(self, config: Path, admin_port: int, log: Path) -> None:
+    def __init__(self, config: Path, admin_port: int, log: Path, env: dict[str, str] | None = None) -> None:
+        """``env``: variables added to Envoy's environment (the upstream keys it adds)."""
         self.admin_port = admin_port
         self.log = log
         self._log_file = open(log, "w")
@@ -53,6 +54,7 @@ class Envoy:
             [ENVOY, "-c", str(config), "--base-id", str(next(_base_ids)), "--log-level", "warn", "--drain-time-s", "3"],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
         )
         wait_for(self.ready, timeout=20, what=f"Envoy admin on :{admin_port} (log: {log})")
 

@@ -65,6 +65,8 @@ class Upstream:
                         "x-vsr-cluster": self.headers.get("x-vsr-cluster"),
                         "authorization": self.headers.get("authorization"),
                         "x-api-key": self.headers.get("x-api-key"),
+                        "api-key": self.headers.get("api-key"),
+                        "x-envoy-original-path": self.headers.get("x-envoy-original-path"),
                         "x-request-id": self.headers.get("x-request-id"),
                     }
                 ).encode()

@@ -27,6 +27,7 @@ from tests.extproc.harness import Mock, Plane, Runtime, SidecarProc, World, capp
 LISTENERS = ("v40", "v50", "keyed", "chat")
 LISTENER_KEY = "listener-key-1"
 RUNTIME_KEY = "runtime-key-1"
+PROVIDER_KEY = "provider-key-1"
 
 
 def render(ports: dict[str, int], runtimes: dict[str, Runtime], mock: Mock, busy: Mock, llm: str, *, v40_schema: str = "vllm-sr/4.0", auto: tuple[str, ...] = ("capped", "full"), keys_file: str = "") -> str:
@@ -130,9 +131,10 @@ def world(tmp_path_factory: pytest.TempPathFactory, tiny: Path) -> Iterator[Worl
             return render(ports, runtimes, mock, busy, llm.url, keys_file=str(keys), **changes)  # type: ignore[arg-type]
 
         plane = Plane(directory, text(), sidecar_port)
-        env = {"VSR_TEST_RUNTIME_KEY": RUNTIME_KEY, "VSR_TEST_PROVIDER_KEY": "provider-key-1"}
-        sidecar = SidecarProc(directory, plane.port, port=sidecar_port, env=env).wait()
-        envoy = envoy_for(directory, plane, sidecar_port)
+        # Each process gets the keys it uses: the sidecar the runtime's (it calls members itself)
+        # and never a provider's; Envoy both, as it adds each upstream's key to what it forwards.
+        sidecar = SidecarProc(directory, plane.port, port=sidecar_port, env={"VSR_TEST_RUNTIME_KEY": RUNTIME_KEY}).wait()
+        envoy = envoy_for(directory, plane, sidecar_port, env={"VSR_TEST_RUNTIME_KEY": RUNTIME_KEY, "VSR_TEST_PROVIDER_KEY": PROVIDER_KEY})
         w = World(directory, ports, runtimes, mock, busy, plane, sidecar, envoy, text, {"llm": llm, "keys": keys})
         w.apply(text())
     except BaseException:

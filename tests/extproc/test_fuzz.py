@@ -51,9 +51,10 @@ def worker(world: World) -> Iterator[Worker]:
     thread.join(30)
 
 
-def _exchange(port: int, metadata: list[tuple[str, str]], path: str, headers: list[tuple[str, str]], body: bytes) -> list[pb.ProcessingResponse]:
+def _exchange(port: int | str, metadata: list[tuple[str, str]], path: str, headers: list[tuple[str, str]], body: bytes) -> list[pb.ProcessingResponse]:
     """One HTTP request as Envoy would send it to the sidecar, up to the sidecar's answer to its
-    last message (a request it forwards is then dropped, as a client that goes away)."""
+    last message (a request it forwards is then dropped, as a client that goes away). ``port``:
+    a loopback port, or a gRPC target such as ``unix:/path``."""
     hs = [("x-request-id", "fuzz"), (":method", "GET" if path.endswith("/models") else "POST"), (":path", path), *headers]
 
     def messages() -> Iterator[pb.ProcessingRequest]:
@@ -61,7 +62,7 @@ def _exchange(port: int, metadata: list[tuple[str, str]], path: str, headers: li
         if body:
             yield pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))
 
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+    with grpc.insecure_channel(port if isinstance(port, str) else f"127.0.0.1:{port}") as channel:
         stub = pb_grpc.ExternalProcessorStub(channel)
         out = []
         for response in stub.Process(messages(), metadata=metadata, timeout=10):

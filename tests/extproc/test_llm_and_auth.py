@@ -23,7 +23,7 @@ def test_the_body_model_picks_the_provider_its_path_and_its_key(world: World) ->
     assert seen["authorization"] == "Bearer client-own-key"  # no key configured: the client's goes on
     b = world.post("chat", "/v1/chat/completions", {"model": "chat-b", **CHAT}).json()
     assert b["path"] == "/openai/v1/chat/completions"  # the provider's base path
-    assert b["authorization"] == "Bearer provider-key-1"  # from the sidecar's environment
+    assert b["authorization"] == "Bearer provider-key-1"  # added by Envoy, from its environment
     claude = world.post("chat", "/v1/messages", {"model": "claude-x", "max_tokens": 5, **CHAT}).json()
     assert claude["x-api-key"] == "provider-key-1" and claude["authorization"] is None
     assert a.headers["x-typesafe-request-id"] == a.headers["x-request-id"] == seen["x-request-id"]

@@ -174,6 +174,11 @@ def test_a_tiny_prefix_bidir_checkpoint_with_auth_is_conformant(checkpoint: Path
         with TypeSafeClient(api_key="wrong", base_url=server.url) as client, pytest.raises(TypeSafeAuthenticationError) as caught:
             client.system_one(state="x", questions={"q": Noul(instructions="?")})
         assert caught.value.status == 401
+        # Two Authorization headers are refused in either order, as the sidecar refuses them.
+        body = {"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}}
+        for pair in (["Bearer sekrit", "Bearer wrong"], ["Bearer wrong", "Bearer sekrit"]):
+            two = httpx.post(server.url + "/v1/systemone", json=body, headers=[("authorization", v) for v in pair])
+            assert two.status_code == 401 and "two Authorization headers" in two.json()["detail"]["message"]
 
 
 def test_the_listening_socket_turns_nagle_off_for_every_connection() -> None:

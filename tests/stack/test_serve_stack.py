@@ -39,9 +39,9 @@ def _free_offset() -> int:
     raise RuntimeError("no free set of ports")
 
 
-def _get(url: str, body: dict | None = None) -> tuple[int, dict]:  # type: ignore[type-arg]
+def _get(url: str, body: dict | None = None, **headers: str) -> tuple[int, dict]:  # type: ignore[type-arg]
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers={"content-type": "application/json"})
+    request = urllib.request.Request(url, data=data, headers={"content-type": "application/json", **headers})
     try:
         with urllib.request.urlopen(request, timeout=30) as reply:
             return reply.status, json.loads(reply.read())
@@ -70,7 +70,12 @@ def test_serve_runs_the_stack_answers_through_the_listener_and_drains_on_sigterm
         # The seed 002 curl, against the listener (Envoy, the sidecar, the runtime) and the runtime.
         status, answer = _get(f"http://127.0.0.1:{ports.listener}/v1/systemone", SEED_002_CURL)
         assert status == 200 and answer["answers"]["urgent"]["type"] == "noul" and 0 <= answer["answers"]["urgent"]["noul"] <= 1
-        assert answer == _get(f"http://127.0.0.1:{ports.runtime}/v1/systemone", SEED_002_CURL)[1]  # the listener answers as the runtime
+        # The runtime answers only the stack: without the key made at this start, 401; with it
+        # (as the sidecar calls it), what the listener answered.
+        status, refused = _get(f"http://127.0.0.1:{ports.runtime}/v1/systemone", SEED_002_CURL)
+        assert status == 401 and refused["reason"] == "missing_key"
+        key = child_environ(stack.pid, "vllm-srun")["VLLM_SR_RUNTIME_KEY"]
+        assert answer == _get(f"http://127.0.0.1:{ports.runtime}/v1/systemone", SEED_002_CURL, authorization=f"Bearer {key}")[1]
 
         # The official conformance suite, against the listener: 32/32 MUST.
         report = runner.run(f"http://127.0.0.1:{ports.listener}", timeout=60)
@@ -86,7 +91,7 @@ def test_serve_runs_the_stack_answers_through_the_listener_and_drains_on_sigterm
         status, doc = _get(f"http://127.0.0.1:{ports.xds_status}/status")
         assert status == 200 and doc["version"]
         status, sidecar = _get(f"http://127.0.0.1:{ports.sidecar_status}/status")
-        assert status == 200 and sidecar["workers"][0]["ready"] and sidecar["workers"][0]["port"] == ports.sidecar
+        assert status == 200 and sidecar["workers"][0]["ready"] and sidecar["workers"][0]["socket"].endswith("/extproc.sock")
 
         children = [int(p) for p in subprocess.run(["pgrep", "-P", str(stack.pid)], capture_output=True, text=True).stdout.split()]
         assert len(children) == 3  # the runtime, the sidecar and Envoy; the control plane runs in the supervisor
@@ -140,6 +145,16 @@ def _traffic_during(action: Callable[[], None], url: str) -> tuple[list[tuple[ob
     for t in threads:
         t.join(60)
     return outcomes, stopping
+
+
+def child_environ(supervisor: int, program: str) -> dict[str, str]:
+    """The environment of the stack's child running ``program`` (this user may read it)."""
+    for pid in subprocess.run(["pgrep", "-P", str(supervisor)], capture_output=True, text=True).stdout.split():
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if any(Path(part.decode()).name == program for part in command):
+            pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
+    raise AssertionError(f"no child of {supervisor} runs {program}")
 
 
 def _alive(pid: int) -> bool:

@@ -1,0 +1,70 @@
+"""Deadlines end work everywhere (issue 22): through Envoy, the sidecar and ``vllm-srun serve
+default``, a 200-state batch gets the listener's JSON 504 ``deadline_exceeded`` at its deadline,
+the runtime drops the rest of its work, and the next request is answered at once.
+
+Both ways a request reaches the member: the sidecar calling it (``--forwarding auto``, one host)
+and Envoy forwarding to it (``--forwarding envoy``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.extproc.harness import Runtime, get_text, metric
+from tests.reliability.front import batch, front
+from tests.reliability.parts import ASK, post
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def default(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    """``vllm-srun serve default``: the model `vllm-sr serve` runs, slow enough on two cores that a
+    200-state batch takes far longer than a deadline of a few seconds."""
+    runtime = Runtime(Path("default"), tmp_path_factory.mktemp("default") / "runtime.log").start()
+    try:
+        yield runtime.wait()
+    finally:
+        runtime.stop()
+
+
+def dropped(runtime: Runtime) -> float:
+    return metric(get_text(f"{runtime.url}/metrics"), "vsr_runtime_dropped_requests_total")
+
+
+@pytest.mark.parametrize("forwarding", ["auto", "envoy"])
+@pytest.mark.parametrize(("options", "deadline_ms"), [({}, 3000), ({"deadline_ms": 1500}, 1500), ({"deadline_ms": 60000}, 3000)])
+def test_a_batch_past_its_deadline_gets_the_json_504_and_the_next_request_is_answered_at_once(
+    default: Runtime, tmp_path: Path, forwarding: str, options: dict[str, int], deadline_ms: int
+) -> None:
+    """The deadline is the client's options.deadline_ms capped by the listener's max_deadline_ms
+    (3000 ms here), and without one the listener's: every request has one."""
+    with front(tmp_path, default.url, forwarding=forwarding, max_deadline_ms=3000) as port:
+        expected = json.loads(post(port, ASK).body)
+        before = dropped(default)
+
+        late = post(port, batch(200, **options), path="/v1/systemone/batch")
+        assert late.status == 504, late.body
+        assert late.headers["content-type"] == "application/json"
+        error = json.loads(late.body)  # the listener's (vllm-sr/5.0) error form, never Envoy's empty 504
+        # The reason is the same either way; the code is the sidecar's (deadline_exceeded) or the
+        # runtime's (question_failed, seed 002's table) depending on who answered first.
+        assert error["reason"] == "deadline_exceeded" and error["detail"]["error_type"] == "timeout", error
+        if forwarding == "auto":  # the sidecar's own answer; through Envoy, the runtime's (what was left of it)
+            assert f"deadline of {deadline_ms} ms" in error["detail"]["message"], error
+
+        sent = time.monotonic()
+        answer = post(port, ASK)
+        answered_s = time.monotonic() - sent
+        assert answer.status == 200 and json.loads(answer.body) == expected
+        assert answered_s < 1.0  # the issue's bound: the abandoned batch holds nobody
+
+        # The runtime stopped the batch's work: most of its 200 requests never ran, none waits.
+        text = get_text(f"{default.url}/metrics")
+        assert metric(text, "vsr_runtime_dropped_requests_total") - before > 100
+        assert metric(text, "vsr_runtime_queue_depth") == 0
