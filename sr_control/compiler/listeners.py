@@ -2,8 +2,6 @@
 
     zstd request decompressor -> ext_proc (off unless the route enables it) -> router
 
-and, on a listener with keys, the client's credentials dropped between ext_proc and the router.
-
 The routes come over RDS (``route/<listener>``) when served over xDS, or inline for the
 static bootstrap.
 """
@@ -13,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from sr_control.compiler import names
-from sr_control.compiler.credentials import client_credentials_stripped
 from sr_control.compiler.limits import BUFFER_LIMIT, DEADLINE_MARGIN_MS, DEFAULT_DEADLINE_MS, duration
+from sr_control.compiler.local_replies import local_reply_config
 from sr_control.compiler.offer import ListenerOffer
 from sr_control.compiler.templates import fill
 
@@ -30,12 +28,13 @@ def listener(offer: ListenerOffer, *, route_config: dict[str, Any] | None = None
         buffer_limit=BUFFER_LIMIT,
         stat_prefix=l.name,
         access_log=fill("listener/access_log", listener=l.name),
+        outcomes_log=fill("listener/outcomes_log", listener=l.name, sidecar_cluster=names.SIDECAR_CLUSTER),
         rds=rds,
         route_config=route_config,
+        local_reply_config=local_reply_config(offer),
         http_filters=[
             fill("listener/zstd_decompressor"),
             fill("listener/ext_proc", sidecar_cluster=names.SIDECAR_CLUSTER, message_timeout=duration(_message_timeout_ms(offer))),
-            *([client_credentials_stripped()] if l.auth is not None else []),
             fill("listener/router"),
         ],
     )

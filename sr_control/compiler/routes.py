@@ -3,26 +3,27 @@
 In match order:
 
 0. a request the sidecar already named a cluster for (``forward``), whatever its path now;
-1. each path of each offered API: System One paths through the sidecar; an LLM API straight to
-   its provider when one keyless model of that API serves it, else through the sidecar, which
-   reads ``model`` from the body;
+1. each path of each offered API: System One paths through the sidecar (POST; other methods
+   405 with ``allow: POST``); an LLM API straight to its provider when one keyless model of
+   that API serves it, else through the sidecar, which reads ``model`` from the body;
 2. ``GET /v1/models`` through the sidecar (it lists only the offered APIs' models), and
    ``GET /v1/systemone/models`` where System One is offered (its models with what each
    answers); other methods 405;
 3. each path of every API the listener does not offer: 404 naming the API and the listener;
 4. everything else: 404 naming the listener.
 
-Envoy answers 2's 405, 3 and 4 itself: unknown paths never reach Python.
+Envoy answers the 405s, 3 and 4 itself, in the listener schema's error form: unknown paths and
+wrong methods never reach Python.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sr_control.apis import REGISTRY, Api
 from sr_control.compiler import names
 from sr_control.compiler.clusters import upstream
+from sr_control.compiler.local_replies import EnvoyReply, error_answer
 from sr_control.compiler.limits import BUFFER_LIMIT, DEADLINE_MARGIN_MS, LISTING_TIMEOUT_MS, LLM_TIMEOUT_MS, duration
 from sr_control.compiler.offer import ListenerOffer, Offer
 from sr_control.compiler.templates import fill
@@ -71,7 +72,8 @@ def route_table(config: RouterConfig, offer: ListenerOffer, sidecar_version: str
         for path in o.api.paths:
             if o.api.kind == "decision":
                 # The sidecar answers at the deadline; Envoy's timeout is the backstop after it.
-                routes.append(_sidecar(offer, o.api.name, o.schema, path, o.deadline_ms + DEADLINE_MARGIN_MS, sidecar_version, None))
+                routes.append(_sidecar(offer, o.api.name, o.schema, path, o.deadline_ms + DEADLINE_MARGIN_MS, sidecar_version, None, match=_post(path)))
+                routes.append(_local(f"{o.api.name}:{path}:other-methods", _match(path), 405, offer, f"{path} takes POST", allow="POST"))
             elif not o.models:
                 routes.append(_local(f"{o.api.name}:{path}", _match(path), 404, offer, f"listener {offer.name!r} offers {o.api.name} but no model serves it"))
             elif direct is not None:
@@ -94,9 +96,7 @@ def _direct_provider(o: Offer, providers: dict[str, tuple[int, ProviderModel]]) 
     """The one provider model an LLM API can go to without Python, if there is one.
 
     Two or more models need the body's ``model`` read; a model of another API format needs
-    translating. A model with an API key goes through the sidecar too: Envoy's own path rewrite
-    would send the client's path, query string and any key in it, upstream in
-    ``x-envoy-original-path``; the sidecar names that header without the query.
+    translating; a model with an API key needs the key added, which only the sidecar may hold.
     """
     if o.api.kind != "llm" or len(o.models) != 1 or o.models[0] not in providers:
         return None
@@ -104,6 +104,10 @@ def _direct_provider(o: Offer, providers: dict[str, tuple[int, ProviderModel]]) 
     if model.api_key_env is not None or REGISTRY.canonical(model.api_format) != o.api.name:
         return None
     return names.provider_cluster(model.name), index, model
+
+
+def _post(path: str) -> dict[str, Any]:
+    return {**_match(path), "headers": [{"name": ":method", "string_match": {"exact": "POST"}}]}
 
 
 def _match(path: str) -> dict[str, Any]:
@@ -164,12 +168,10 @@ def _local(name: str, match: dict[str, Any], status: int, offer: ListenerOffer, 
 
 
 def error_body(offer: ListenerOffer, status: int, message: str) -> str:
-    """The standard's error shape; a 4.0 listener's clients also get the 4.0 ``error`` object."""
-    error_type = {404: "not_found", 405: "method_not_allowed"}[status]
-    body: dict[str, Any] = {"detail": {"error_type": error_type, "message": message}}
-    if offer.systemone_schema == "vllm-sr/4.0":
-        body["error"] = {"type": error_type, "message": message}
-    return json.dumps(body, separators=(",", ":"))
+    """The listener schema's error body, as the sidecar writes it (``code`` and, on a 4.0
+    listener, 4.0's ``error`` object included)."""
+    code = {404: "not_found", 405: "method_not_allowed"}[status]
+    return error_answer(offer, EnvoyReply(status, code, code, message))[2].decode()
 
 
 def _not_offered(api: Api, offer: ListenerOffer) -> str:

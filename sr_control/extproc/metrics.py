@@ -46,6 +46,13 @@ class Metrics:
             registry=r,
         ))
         self.requests = Family(Counter("vsr_extproc_requests", "Requests the sidecar handled, by listener, API and the status the client got.", ["listener", "api", "status"], registry=r))
+        self.responses = Family(Counter(
+            "vsr_listener_responses",
+            "Every response a listener sent, from Envoy's access log (Envoy's own replies and timeouts included), by "
+            "listener, status, and who answered: member, sidecar, route (404/405) or envoy (details: why).",
+            ["listener", "status", "by", "details"],
+            registry=r,
+        ))
         self.seconds = Family(Histogram("vsr_extproc_request_seconds", "Time from a request's headers reaching the sidecar to its answer leaving it.", ["listener", "api"], buckets=_BUCKETS, registry=r))
         self.upstream = Family(Counter(
             "vsr_extproc_upstream_calls",

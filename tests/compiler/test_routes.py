@@ -211,7 +211,11 @@ def test_the_listener_logs_json_and_lets_the_sidecar_set_envoys_own_headers() ->
 
     hcm = listener(compile_text(KEYED), "keyed")["filter_chains"][0]["filters"][0]["typed_config"]
     assert hcm["always_set_request_id_in_response"] is True
-    (log,) = hcm["access_log"]
+    log, outcomes = hcm["access_log"]
     assert log["typed_config"]["log_format"]["json_format"]["request_id"] == "%REQ(X-REQUEST-ID)%"
+    # Every response also goes to the sidecar, which counts them (vsr_listener_responses_total).
+    assert outcomes["typed_config"]["common_config"] == {
+        "log_name": "keyed", "transport_api_version": "V3", "grpc_service": {"envoy_grpc": {"cluster_name": "vsr/sidecar"}}
+    }
     ext_proc = next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
     assert ext_proc["typed_config"]["mutation_rules"] == {"allow_envoy": True}

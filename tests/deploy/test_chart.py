@@ -199,9 +199,13 @@ def test_envoy_and_the_sidecar_share_a_pod_the_control_plane_serves_both(rendere
     xds = f"{RELEASE}-vllm-sr-control-plane.{NAMESPACE}.svc:18000"
     sidecar = container(envoy, "sidecar")
     assert sidecar["args"][sidecar["args"].index("--xds") + 1] == xds
-    assert sidecar["args"][sidecar["args"].index("--host") + 1] == "127.0.0.1"
+    # Envoy reaches its sidecar on a Unix socket (mode 0600) in a volume only the two share.
+    assert sidecar["args"][sidecar["args"].index("--socket") + 1] == "/var/run/vllm-sr/extproc.sock"
     plane = container(find(objs, "Deployment", f"{RELEASE}-vllm-sr-control-plane"), "control-plane")
-    assert plane["args"][plane["args"].index("--sidecar") + 1] == "127.0.0.1:18080"  # Envoy reaches its sidecar on loopback
+    assert plane["args"][plane["args"].index("--sidecar") + 1] == "unix:/var/run/vllm-sr/extproc.sock"
+    for c in (sidecar, container(envoy, "envoy")):
+        assert {"name": "sidecar-socket", "mountPath": "/var/run/vllm-sr"} in c["volumeMounts"]
+    assert {"name": "sidecar-socket", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}} in envoy["spec"]["template"]["spec"]["volumes"]
     assert plane["readinessProbe"]["httpGet"]["path"] == "/healthz" and plane["livenessProbe"]["httpGet"]["path"] == "/livez"
     service = find(objs, "Service", f"{RELEASE}-vllm-sr-envoy")
     assert [p["port"] for p in service["spec"]["ports"]] == [8801]
@@ -240,10 +244,15 @@ def test_secrets_travel_by_reference_only(rendered: dict[str, list[dict[str, Any
     gpu = container(find(objs, "Deployment", "gpu"), "runtime")
     assert gpu["args"][gpu["args"].index("--api-key-env") + 1] == "VSR_RUNTIME_API_KEY"
     assert {"name": "VSR_RUNTIME_API_KEY", "valueFrom": {"secretKeyRef": {"name": "runtime-keys", "key": "gpu"}}} in gpu["env"]
-    sidecar = container(find(objs, "Deployment", f"{RELEASE}-vllm-sr-envoy"), "sidecar")
-    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in sidecar["env"]}
-    # The runtime group's key, under the name the deployment that calls it gives; the provider's key.
-    assert env == {"VSR_GPU_KEY": {"name": "runtime-keys", "key": "gpu"}, "VSR_LLM_KEY": {"name": "llm-keys", "key": "token"}}
+    pod = find(objs, "Deployment", f"{RELEASE}-vllm-sr-envoy")
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container(pod, "sidecar")["env"]}
+    # The runtime group's key, under the name the deployment that calls it gives; never the LLM
+    # provider's: Envoy adds that one, and gets both.
+    assert env == {"VSR_GPU_KEY": {"name": "runtime-keys", "key": "gpu"}}
+    envoy_env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container(pod, "envoy")["env"]}
+    assert envoy_env == {"VSR_GPU_KEY": {"name": "runtime-keys", "key": "gpu"}, "VSR_LLM_KEY": {"name": "llm-keys", "key": "token"}}
+    # Two workers share a loopback port: no socket then.
+    assert "--socket" not in container(pod, "sidecar")["args"]
     sidecar_40 = container(find(rendered["public-4.0"], "Deployment", f"{RELEASE}-vllm-sr-envoy"), "sidecar")
     assert {"name": "secret-0", "mountPath": "/etc/vllm-sr/keys", "readOnly": True} in sidecar_40["volumeMounts"]
 

@@ -31,6 +31,7 @@ from tests.extproc.harness import BIN, Mock, get_status
 
 pytestmark = [pytest.mark.envoy, pytest.mark.slow]
 MOUNT = "/etc/vllm-sr"
+SOCKETS = "/var/run/vllm-sr"  # the emptyDir Envoy and its sidecar share (the sidecar's Unix socket)
 ASK = json.dumps({"model": "jev-1.13.0", "state": "The export button fails with a 500.", "questions": {"urgent": {"type": "noul", "instructions": "Is it urgent?"}}}).encode()
 
 
@@ -58,10 +59,11 @@ class ConfigMapVolume:
 
 
 def chart_command(deployment: dict[str, Any], name: str, mount: Path) -> list[str]:
-    """The container's command line, its executable from this venv and MOUNT at ``mount``."""
+    """The container's command line, its executable from this venv, MOUNT at ``mount`` and the
+    shared socket volume at ``mount``'s sibling ``run`` (one per test run, as one per pod)."""
     c = container(deployment, name)
     argv = [*c["command"], *c.get("args", [])]
-    return [str(BIN / argv[0]), *(a.replace(MOUNT, str(mount)) for a in argv[1:])]
+    return [str(BIN / argv[0]), *(a.replace(MOUNT, str(mount)).replace(SOCKETS, str(mount.parent / "run")) for a in argv[1:])]
 
 
 def values(ports: dict[str, int], mock: Mock, llm: Upstream, *, chat: bool = False, members: tuple[str, ...] = ("mock",)) -> dict[str, Any]:
