@@ -2,6 +2,8 @@
 
     zstd request decompressor -> ext_proc (off unless the route enables it) -> router
 
+and, on a listener with keys, the client's credentials dropped between ext_proc and the router.
+
 The routes come over RDS (``route/<listener>``) when served over xDS, or inline for the
 static bootstrap.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from sr_control.compiler import names
+from sr_control.compiler.credentials import client_credentials_stripped
 from sr_control.compiler.limits import BUFFER_LIMIT, DEADLINE_MARGIN_MS, DEFAULT_DEADLINE_MS, duration
 from sr_control.compiler.local_replies import local_reply_config
 from sr_control.compiler.offer import ListenerOffer
@@ -35,6 +38,7 @@ def listener(offer: ListenerOffer, *, route_config: dict[str, Any] | None = None
         http_filters=[
             fill("listener/zstd_decompressor"),
             fill("listener/ext_proc", sidecar_cluster=names.SIDECAR_CLUSTER, message_timeout=duration(_message_timeout_ms(offer))),
+            *([client_credentials_stripped()] if l.auth is not None else []),
             fill("listener/router"),
         ],
     )

@@ -25,6 +25,8 @@ from envoy.config.route.v3 import route_components_pb2  # noqa: F401  FilterConf
 from envoy.extensions.compression.zstd.decompressor.v3 import zstd_pb2  # noqa: F401
 from envoy.extensions.filters.http.decompressor.v3 import decompressor_pb2  # noqa: F401
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2  # noqa: F401
+from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2  # noqa: F401
+from envoy.extensions.filters.http.upstream_codec.v3 import upstream_codec_pb2  # noqa: F401
 from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2  # noqa: F401
 from envoy.extensions.access_loggers.stream.v3 import stream_pb2  # noqa: F401

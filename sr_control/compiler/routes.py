@@ -96,7 +96,9 @@ def _direct_provider(o: Offer, providers: dict[str, tuple[int, ProviderModel]]) 
     """The one provider model an LLM API can go to without Python, if there is one.
 
     Two or more models need the body's ``model`` read; a model of another API format needs
-    translating; a model with an API key needs the key added, which only the sidecar may hold.
+    translating. A model with an API key goes through the sidecar too: Envoy's own path rewrite
+    would send the client's path, query string and any key in it, upstream in
+    ``x-envoy-original-path``; the sidecar names that header without the query.
     """
     if o.api.kind != "llm" or len(o.models) != 1 or o.models[0] not in providers:
         return None

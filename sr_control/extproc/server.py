@@ -90,12 +90,15 @@ class Worker:
         pb_grpc.add_ExternalProcessorServicer_to_server(Processor(sidecar), server)
         # Envoy's access log of each listener, to count every response it sent (outcomes.py).
         als_pb2_grpc.add_AccessLogServiceServicer_to_server(Outcomes(sidecar.metrics), server)
-        try:
-            self.port = server.add_insecure_port(f"{s.host}:{s.port}")
-        except RuntimeError:
-            self.port = 0
-        if self.port == 0:
-            raise OSError(f"cannot listen on {s.host}:{s.port} (in use, or not an address of this host)")
+        if s.socket:
+            self.port = _bind_socket(server, s.socket)
+        else:
+            try:
+                self.port = server.add_insecure_port(f"{s.host}:{s.port}")
+            except RuntimeError:
+                self.port = 0
+            if self.port == 0:
+                raise OSError(f"cannot listen on {s.host}:{s.port} (in use, or not an address of this host)")
         await server.start()
 
         def changed(data: Any) -> None:
@@ -107,7 +110,7 @@ class Worker:
         tasks: list[asyncio.Future[None]] = [self._subscribing]
         if on_status is not None:
             tasks.append(asyncio.ensure_future(self._report(on_status)))
-        _log.info("extproc serving", port=self.port, xds=s.xds, node=self.node.id, listeners=list(s.listeners) or "all")
+        _log.info("extproc serving", at=s.listen, xds=s.xds, node=self.node.id, listeners=list(s.listeners) or "all")
         self.started.set()
         try:
             await self._stop.wait()
@@ -166,6 +169,7 @@ class Worker:
             "ready": self.ready(),
             "alive": self.alive(),
             "port": self.port,
+            "socket": self.settings.socket or None,
             "xds": {"target": self.settings.xds, "connected": sub.connected, "last_error": sub.last_error, "received": sub.received, "refused": sub.refused},
             "listeners": listeners,
             "members": members,
@@ -185,6 +189,41 @@ class Worker:
         while True:
             on_status(self.status())
             await asyncio.sleep(_STATUS_EVERY_S)
+
+
+def _bind_socket(server: grpc.aio.Server, path: str) -> int:
+    """Listen on the Unix socket ``path``, mode 0600: only processes of this user (Envoy, beside
+    it) can connect; anyone else's connect() fails with EACCES before a byte is read.
+
+    The umask is narrowed while gRPC creates the file, so it is never open to others, not even
+    for a moment. gRPC would silently take over the path of a live socket (unlinking it), so a
+    path another sidecar still answers on is refused first."""
+    _check_socket_free(path)
+    folder = os.path.dirname(path)
+    if folder and not os.path.isdir(folder):
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    old = os.umask(0o177)
+    try:
+        bound = server.add_insecure_port(f"unix:{path}")
+    except RuntimeError:
+        bound = 0
+    finally:
+        os.umask(old)
+    if bound == 0:
+        raise OSError(f"cannot listen on the Unix socket {path} (its folder is missing or not writable, or a file is in the way)")
+    os.chmod(path, 0o600)  # whatever the file system did with the umask
+    return 0
+
+
+def _check_socket_free(path: str) -> None:
+    if not os.path.exists(path):
+        return
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return  # a stale socket of a sidecar that is gone: gRPC replaces it
+    raise OSError(f"cannot listen on the Unix socket {path}: another process answers on it (another sidecar?)")
 
 
 def run_loop(main: Coroutine[Any, Any, None]) -> None:
