@@ -50,6 +50,11 @@ class Outcome:
     problems: tuple[dict[str, Any], ...] = ()
 
 
+def _listener_versions(snapshot: Snapshot | None) -> dict[str, str]:
+    """Each listener's x-vsr-config-version: the version of its part of the config (its sidecar data)."""
+    return {r.name.removeprefix("sidecar/"): r.version for r in snapshot.named(SIDECAR).values()} if snapshot else {}
+
+
 def _problem(p: Problem) -> dict[str, Any]:
     return {"file": p.file, "line": p.line, "column": p.column, "field": p.path if p.loc else "", "message": p.message}
 
@@ -120,7 +125,7 @@ class Reloader:
             # What each listener's responses carry as x-vsr-config-version: the version of that
             # listener's part of the config (its sidecar data), which changes only when an edit
             # touches it. ``version`` above is the whole file's.
-            "listener_versions": {r.name.removeprefix("sidecar/"): r.version for r in s.named(SIDECAR).values()} if s else {},
+            "listener_versions": _listener_versions(s),
             "generation": s.generation if s else 0,
             "served_since": s.created_at.isoformat(timespec="milliseconds") if s else None,
             "resources": {name: len(s.named(t)) for t, name in TYPE_NAMES.items()} if s else {},
@@ -154,17 +159,22 @@ class Reloader:
         services = self._endpoints.services(report.config)
         self.discovery.watch(services)
         self.discovery.wait_synced(services, SYNC_WAIT_S)
+        before = _listener_versions(self.snapshot)
         with self._publish:
             snapshot = snapshot.with_endpoints(self._endpoints.build(report.config))
             self.snapshot, self._config = snapshot, report.config
             self.cache.set_snapshot(self.group, snapshot)
         self.metrics.served(snapshot.version, snapshot.generation)
+        changed = {name: v for name, v in _listener_versions(snapshot).items() if before.get(name) != v}
         _log.info(
             "config served",
             file=str(self.path),
             version=snapshot.version,
             generation=snapshot.generation,
             listeners=len(snapshot.resources[LISTENER]),
+            # The x-vsr-config-version each changed listener's responses carry from now on.
+            # (many listeners: only how many; GET /status lists each).
+            listener_versions=changed if len(changed) <= 20 else f"{len(changed)} listeners changed",
         )
         return Outcome("ok", snapshot.version)
 

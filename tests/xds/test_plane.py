@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sr_control.compiler import Settings
-from sr_control.compiler.protos import LISTENER
+from sr_control.compiler.protos import LISTENER, SIDECAR
 from sr_control.xds import ControlPlane
 from tests.xds.xds_support import AdsClient, config_text, sotw_request, wait_for
 
@@ -107,3 +107,16 @@ def test_healthz_is_503_until_a_valid_config_arrives(tmp_path: Path) -> None:
         wait_for(lambda: get(cp.status_port, "/healthz")[0] == 200)
     finally:
         cp.stop()
+
+
+def test_status_names_each_listeners_version_as_its_responses_carry_it(plane: tuple[ControlPlane, Path]) -> None:
+    """``version`` is the whole config's; ``listener_versions`` holds what each listener's
+    responses carry as x-vsr-config-version, which an edit of another listener leaves alone."""
+    cp, path = plane
+    first = json.loads(get(cp.status_port, "/status")[1])
+    sidecar = cp.reloader.snapshot.named(SIDECAR)  # type: ignore[union-attr]
+    assert first["listener_versions"] == {"public": sidecar["sidecar/public"].version}
+    path.write_text(config_text({"public": 8801, "second": 8802}))
+    now = wait_for(lambda: (s := json.loads(get(cp.status_port, "/status")[1]))["version"] != first["version"] and s)
+    assert set(now["listener_versions"]) == {"public", "second"}
+    assert now["listener_versions"]["public"] == first["listener_versions"]["public"]  # untouched by the edit
