@@ -1,12 +1,14 @@
 """xDS benchmarks: compile time by listener count, and config-edit-to-effect latency.
 
-    .venv/bin/python bench/xds.py [--edits 20] [--changes 40] [--ads sotw|delta|both]
+    .venv/bin/python bench/xds.py [--edits 20] [--changes 40] [--ads sotw|delta|both] [--only-saves]
 
 Edit to effect is measured on a real stack: ``vllm-sr xds serve`` (default poll interval) and a
 real Envoy started from the compiled ``bootstrap.yaml``. Each edit toggles whether a listener
 offers the Responses API; the clock runs from the file's atomic replace until a client on an
 open connection sees the other answer (200 from the upstream, or Envoy's 404), so it includes
-noticing the edit, validation, compile, the push and Envoy applying it. A second series adds a
+noticing the edit, validation, compile, the push and Envoy applying it. ``--only-saves``
+measures that edit saved both ways: renamed over the file, and written in place (which the
+control plane reads only once it has held still for 0.25 s). A second series adds a
 provider model of a new name with a route to it (a cluster Envoy has never seen), then removes
 it, and counts what the client saw in between: with clusters pushed and warm before the routes
 that name them, never a 503. A third series measures pool discovery: a Service-backed
@@ -203,8 +205,12 @@ def _wait(predicate, timeout: float = 30.0):  # type: ignore[no-untyped-def]
     raise RuntimeError("timed out")
 
 
-def bench_edits(ads: str, edits: int, *, new_clusters: bool = False, listeners: int = 1) -> tuple[list[float], Counter[int]]:
+def bench_edits(ads: str, edits: int, *, new_clusters: bool = False, listeners: int = 1, in_place: bool = False) -> tuple[list[float], Counter[int]]:
     """Edit to effect, ms per edit, and every status a client saw on the edited path.
+
+    ``in_place``: each edit is saved over the file itself (as most editors' plain save does)
+    instead of a new file renamed over it; the control plane waits for such a file to hold
+    still (``--settle``, 0.25 s) before it reads it.
 
     Plain: each edit toggles whether the listener offers the Responses API (its cluster stays).
     ``listeners``: the config has that many, and the edit changes the middle one alone.
@@ -263,8 +269,13 @@ def bench_edits(ads: str, edits: int, *, new_clusters: bool = False, listeners: 
                 else:
                     tmp_cfg.write_text(config(listeners, base, up_url, responses=offered, edited=edited))
                 gc.collect()
+                text = tmp_cfg.read_text() if in_place else ""
                 start = time.perf_counter()
-                os.replace(tmp_cfg, cfg)
+                if in_place:
+                    with cfg.open("w") as f:
+                        f.write(text)
+                else:
+                    os.replace(tmp_cfg, cfg)
                 while (got := answer()) != want:
                     seen[got] += 1
                     if time.perf_counter() - start > 10:
@@ -411,6 +422,7 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=40, help="EndpointSlice changes per protocol")
     parser.add_argument("--ads", choices=["sotw", "delta", "both"], default="both")
     parser.add_argument("--only-discovery", action="store_true", help="run only the EndpointSlice series")
+    parser.add_argument("--only-saves", action="store_true", help="run only edit to effect for a rename over the file and an in-place save")
     parser.add_argument("--only-scale", action="store_true", help="run only the one-listener edits on 10, 100 and 1,000 listeners")
     parser.add_argument("--sizes", type=lambda text: [int(n) for n in text.split(",")], default=list(SCALE_SIZES), help="listener counts, comma-separated")
     args = parser.parse_args()
@@ -420,6 +432,9 @@ def main() -> None:
         return
     if args.only_scale:
         _scale(protocols, args.edits, args.sizes)
+        return
+    if args.only_saves:
+        _saves(protocols, args.edits)
         return
     bench_compile()
     for ads in protocols:
@@ -436,6 +451,14 @@ def main() -> None:
         print(f"  statuses a client saw on the edited path during the edits: {statuses}  (503: {seen[503]})")
     _scale(protocols, args.edits, args.sizes)
     _discovery(protocols, args.changes)
+
+
+def _saves(protocols: list[str], edits: int) -> None:
+    """Edit to effect by how the file is saved: a new file renamed over it, or written in place."""
+    for ads in protocols:
+        for how, in_place in (("renamed over the file", False), ("saved in place", True)):
+            ms, _ = bench_edits(ads, edits, in_place=in_place)
+            print(f"edit to effect over {ads} ADS, {how} ({edits} edits): {_summary(ms)}")
 
 
 def _scale(protocols: list[str], edits: int, sizes: list[int]) -> None:
