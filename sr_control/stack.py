@@ -162,7 +162,7 @@ class Stack:
         config = self._config = loader.load(self.config_path)  # refuse a bad config before starting anything
         for listener in config.listeners:
             _free(f"listener {listener.name}", listener.port, listener.address)
-        _check_runtime_key(config, ports.runtime, self.config_path)
+        _check_runtime_key(config, ports.runtime, opts.config or self.config_path)
 
         # The runtime answers only callers holding this key, made anew at each start.
         runtime_key = secrets.token_urlsafe(32)

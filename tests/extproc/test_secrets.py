@@ -131,3 +131,25 @@ def test_a_socket_another_sidecar_serves_is_refused(world: World, tmp_path: Path
         assert second.returncode == 2 and f"cannot listen on the Unix socket {path}" in second.stderr
     finally:
         first.stop()
+
+
+def _raw_post(port: int, path: str, headers: list[tuple[str, str]], body: bytes) -> tuple[int, bytes]:
+    """One HTTP/1.1 request with headers exactly as given (repeats included): what a client library
+    that lets a header be sent twice would send."""
+    import socket
+
+    head = "".join(f"{k}: {v}\r\n" for k, v in [("host", "x"), ("content-type", "application/json"), ("content-length", str(len(body))), ("connection", "close"), *headers])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(f"POST {path} HTTP/1.1\r\n{head}\r\n".encode() + body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    status = int(data.split(b" ", 2)[1])
+    return status, data.split(b"\r\n\r\n", 1)[1]
+
+
+@pytest.mark.parametrize("order", ["good first", "good last"])
+def test_two_authorization_headers_are_refused_whichever_holds_the_key(world: World, order: str) -> None:
+    pair = [("authorization", f"Bearer {LISTENER_KEY}"), ("authorization", "Bearer wrong")]
+    status, body = _raw_post(world.listeners["keyed"], "/v1/systemone", pair if order == "good first" else pair[::-1], json.dumps(VALID).encode())
+    assert status == 401 and json.loads(body)["reason"] == "invalid_key"

@@ -151,3 +151,35 @@ def test_serve_keeps_every_key_out_of_its_files_and_every_door_shut_to_others(tm
     # Logs are this user's alone.
     assert stat.S_IMODE(state.stat().st_mode) == 0o700 and stat.S_IMODE((state / "logs").stat().st_mode) == 0o700
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in (state / "logs").iterdir())
+
+
+def test_a_deployment_of_the_stacks_runtime_without_its_key_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    from sr_control.stack import Stack, StackError, StackOptions
+
+    offset = _free_offset()
+    ports = Ports().shifted(offset)
+    config = tmp_path / "mine.yaml"
+    config.write_text(_config(ports, "http://127.0.0.1:9").replace("    api_key_env: VLLM_SR_RUNTIME_KEY\n", ""))
+    stack = Stack(StackOptions(state_dir=tmp_path / "state", config=config, ports=ports))
+    with pytest.raises(StackError) as refused:
+        stack.start()
+    message = str(refused.value)
+    assert f"{config}: deployments.local reaches the stack's runtime" in message and "api_key_env: VLLM_SR_RUNTIME_KEY" in message
+    assert not (tmp_path / "state" / "logs" / "runtime.log").exists()  # nothing was started
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        (b"'authorization', 'Bearer abc'", b"'authorization', '[redacted]'"),  # Envoy's debug header dump
+        (b"'x-api-key', 'abc'", b"'x-api-key', '[redacted]'"),
+        (b"':path', '/v1/chat?api_key=abc&stream=false&key=def'", b"':path', '/v1/chat?api_key=[redacted]&stream=false&key=[redacted]'"),
+        (b'{"authorization": "Bearer abc"}', b'{"authorization": "[redacted]"}'),
+        (b"a known key sk-0123456789 anywhere", b"a known key [redacted] anywhere"),
+        (b"a line about keys and tokens", b"a line about keys and tokens"),
+    ],
+)
+def test_the_log_redactor_removes_keys_by_value_header_and_query(line: bytes, shown: bytes) -> None:
+    from sr_control.redact import Redactor
+
+    assert Redactor(["sk-0123456789", "short"]).line(line) == shown
