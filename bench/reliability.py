@@ -1,6 +1,7 @@
 """Reliability figures: the scenarios of tests/reliability, run longer, with every part real.
 
     .venv/bin/python bench/reliability.py [--restarts 2] [--examples 1000] [--bursts 5] [--clients 32]
+                                          [--samples 200] [--only restarts,edits,bad,overload,hol]
 
 1. ``vllm-sr xds serve`` killed (SIGKILL) under steady traffic through Envoy and started again,
    over delta and state-of-the-world ADS: with the config edited while it was down (a new
@@ -9,6 +10,9 @@
 3. ``vllm-srun serve`` under bad input (fixed cases and hypothesis requests), then four bodies
    over 32 MiB at once; the server's peak resident memory.
 4. ``vllm-srun serve --max-queue 2`` under bursts of concurrent requests, then one at a time.
+5. Head-of-line: ``vllm-srun serve default`` (what ``vllm-sr serve`` runs), straight and through
+   Envoy and the sidecar: a one-question request's p50/p99 idle, and while a 200-state
+   ``/v1/systemone/batch`` is in flight (target: p99 within 3x of idle).
 
 Prints, per scenario, requests sent, failed and the longest time any request waited, and the
 scenario's own figures (time to resync, peak RSS, statuses); never fails on time.
@@ -30,7 +34,8 @@ sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != P
 
 from sr_runtime.presets import create  # noqa: E402
 from tests.extproc.harness import Runtime  # noqa: E402
-from tests.reliability.parts import Figures, peak_rss, stack, write  # noqa: E402
+from tests.reliability.front import batch, front  # noqa: E402
+from tests.reliability.parts import ASK, Figures, peak_rss, post, stack, write  # noqa: E402
 from tests.reliability.runtime_scenarios import OVER, TUNED_FLAGS, Tuned, bad_input, chunked, exchange, head_of, overload, repeated, wait_ready  # noqa: E402
 from tests.reliability.scenarios import invalid_edits, xds_restart  # noqa: E402
 
@@ -108,24 +113,83 @@ def overloaded(directory: Path, tiny: Path, bursts: int, clients: int) -> None:
         runtime.stop()
 
 
+ONE = {k: v for k, v in ASK.items() if k != "model"}  # the runtime alone knows no vllm-sr/auto
+
+
+def _timed(port: int) -> float:
+    sent = time.monotonic()
+    reply = post(port, ONE, timeout=120)
+    assert reply.status == 200, reply.body
+    return time.monotonic() - sent
+
+
+def _percentiles(seconds: list[float]) -> tuple[float, float]:
+    ordered = sorted(seconds)
+    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def head_of_line(directory: Path, samples: int) -> None:
+    runtime = Runtime(Path("default"), directory / "default.log").start().wait()
+    try:
+        with front(directory / "hol", runtime.url, max_deadline_ms=300_000) as listener:
+            for name, port in (("runtime alone", runtime.port), ("through the listener", listener)):
+                for _ in range(10):
+                    _timed(port)  # warm: a model's first passes are slow
+                idle = [_timed(port) for _ in range(samples)]
+                busy: list[float] = []
+                batches: list[tuple[int, float]] = []
+                while len(busy) < samples:
+                    def big() -> None:
+                        sent = time.monotonic()
+                        status = post(port, batch(200), path="/v1/systemone/batch", timeout=600).status
+                        batches.append((status, time.monotonic() - sent))
+
+                    thread = threading.Thread(target=big)
+                    thread.start()
+                    time.sleep(0.3)  # the batch reaches the runtime first
+                    while thread.is_alive() and len(busy) < samples:
+                        busy.append(_timed(port))
+                    thread.join()
+                (i50, i99), (b50, b99) = _percentiles(idle), _percentiles(busy)
+                row(
+                    f"head-of-line, default, {name}",
+                    Figures(len(idle) + len(busy), 0, max(idle + busy)),
+                    f"one question idle p50 {i50 * 1000:.0f} ms p99 {i99 * 1000:.0f} ms; with a 200-state batch in flight "
+                    f"p50 {b50 * 1000:.0f} ms p99 {b99 * 1000:.0f} ms ({b99 / i99:.2f}x idle p99, target <= 3x); "
+                    f"batches {', '.join(f'{status} in {s:.1f} s' for status, s in batches)}",
+                )
+    finally:
+        runtime.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--restarts", type=int, default=2, help="control-plane restarts per ADS protocol (alternately edited and unchanged)")
     parser.add_argument("--examples", type=int, default=1000, help="hypothesis requests against the runtime")
     parser.add_argument("--bursts", type=int, default=5)
     parser.add_argument("--clients", type=int, default=32, help="requests released at once per burst")
+    parser.add_argument("--samples", type=int, default=200, help="one-question requests timed idle, and again beside batches")
+    parser.add_argument("--only", default="restarts,edits,bad,overload,hol", help="the scenarios to run, comma-separated")
     args = parser.parse_args()
+    only = set(args.only.split(","))
     with tempfile.TemporaryDirectory(prefix="vsr-reliability-") as tmp:
         directory = Path(tmp)
         tiny = create(directory / "tiny", "llama-prefix-bidir", seed=0)
-        member = Runtime(tiny, directory / "member.log").start().wait()
-        try:
-            restarts(directory, member, args.restarts)
-            edits(directory, member)
-        finally:
-            member.stop()
-        bad(directory, tiny, args.examples)
-        overloaded(directory, tiny, args.bursts, args.clients)
+        if only & {"restarts", "edits"}:
+            member = Runtime(tiny, directory / "member.log").start().wait()
+            try:
+                if "restarts" in only:
+                    restarts(directory, member, args.restarts)
+                if "edits" in only:
+                    edits(directory, member)
+            finally:
+                member.stop()
+        if "bad" in only:
+            bad(directory, tiny, args.examples)
+        if "overload" in only:
+            overloaded(directory, tiny, args.bursts, args.clients)
+        if "hol" in only:
+            head_of_line(directory, args.samples)
     print("\n| scenario | sent | failed | longest wait | |\n|---|---|---|---|---|")
     for name, f, more in rows:
         print(f"| {name} | {f.sent} | {f.failed} | {f.longest_wait_s * 1000:.0f} ms | {more} |")

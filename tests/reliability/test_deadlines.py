@@ -48,7 +48,7 @@ def test_a_batch_past_its_deadline_gets_the_json_504_and_the_next_request_is_ans
         expected = json.loads(post(port, ASK).body)
         before = dropped(default)
 
-        late = post(port, batch(200, **options), path="/v1/systemone/batch")
+        late = post(port, batch(200, repeat=2, **options), path="/v1/systemone/batch")
         assert late.status == 504, late.body
         assert late.headers["content-type"] == "application/json"
         error = json.loads(late.body)  # the listener's (vllm-sr/5.0) error form, never Envoy's empty 504
