@@ -168,6 +168,10 @@ class Stack:
         runtime_key = secrets.token_urlsafe(32)
         env = Environments.of(config, os.environ, runtime_key)
         self._redactor = Redactor(env.key_values())
+        for name in env.missing:
+            # Said now, not at the first request: a listener would answer 503 keys_unavailable, an
+            # upstream would get "Bearer -" from Envoy and answer 401.
+            _log.warning("key variable unset", variable=name, hint=f"the config names {name} (keys_env or api_key_env); export it before vllm-sr serve")
         self._run_dir = Path(tempfile.mkdtemp(prefix="vllm-sr-"))  # mode 0700
 
         self._spawn("runtime", [
@@ -471,6 +475,7 @@ class Environments:
     sidecar: dict[str, str]
     envoy: dict[str, str]
     keys: dict[str, str]  # every key variable the stack knows, for the redactor
+    missing: tuple[str, ...] = ()  # variables the config names that this environment lacks
 
     @classmethod
     def of(cls, config: RouterConfig, environ: Mapping[str, str], runtime_key: str) -> Environments:
@@ -480,7 +485,8 @@ class Environments:
         deployment_vars = {d.api_key_env for d in config.deployments.values() if d.api_key_env}
         member_vars = {m.api_key_env for m in config.providers.models if m.api_key_env and REGISTRY.canonical(m.api_format) == "systemone"}
         provider_vars = {m.api_key_env for m in config.providers.models if m.api_key_env}
-        keys = {name: environ[name] for name in listener_vars | deployment_vars | provider_vars if environ.get(name)}
+        named = listener_vars | deployment_vars | provider_vars
+        keys = {name: environ[name] for name in named if environ.get(name)}
         keys[RUNTIME_KEY_ENV] = runtime_key
         base = {k: v for k, v in environ.items() if k not in keys and k != RUNTIME_KEY_ENV}
 
@@ -492,6 +498,7 @@ class Environments:
             sidecar=given(listener_vars | deployment_vars | member_vars),
             envoy=given(deployment_vars | provider_vars),
             keys=keys,
+            missing=tuple(sorted(n for n in named if n not in keys and n != RUNTIME_KEY_ENV)),
         )
 
     def key_values(self) -> list[str]:

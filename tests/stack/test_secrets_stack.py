@@ -183,3 +183,16 @@ def test_the_log_redactor_removes_keys_by_value_header_and_query(line: bytes, sh
     from sr_control.redact import Redactor
 
     assert Redactor(["sk-0123456789", "short"]).line(line) == shown
+
+
+def test_each_child_gets_only_the_key_variables_it_reads_and_unset_ones_are_named() -> None:
+    from sr_control.config.load import load_text
+    from sr_control.stack import Environments
+
+    config = load_text(_config(Ports(), "http://127.0.0.1:9") + "  - {name: other, address: 127.0.0.1, port: 9, auth: {keys_env: VSR_T_UNSET}}\n")
+    environ = {"PATH": "/bin", "VSR_T_PROVIDER_KEY": PROVIDER_KEY, "VSR_T_LISTENER_KEYS": LISTENER_KEY, "VLLM_SR_RUNTIME_KEY": "inherited-and-dropped"}
+    env = Environments.of(config, environ, "made-at-start")
+    assert env.runtime == {"PATH": "/bin", "VLLM_SR_RUNTIME_KEY": "made-at-start"}
+    assert env.sidecar == {"PATH": "/bin", "VSR_T_LISTENER_KEYS": LISTENER_KEY, "VLLM_SR_RUNTIME_KEY": "made-at-start"}
+    assert env.envoy == {"PATH": "/bin", "VSR_T_PROVIDER_KEY": PROVIDER_KEY, "VLLM_SR_RUNTIME_KEY": "made-at-start"}
+    assert env.missing == ("VSR_T_UNSET",)
