@@ -6,15 +6,16 @@ under a token budget. Under `causal` and `prefix_bidir` each distinct state is c
 (or found in the LRU) and every question continues from it; under
 `noncausal_full_attention` the state reads the question, so each row is a whole prompt.
 `reference=True` runs each question as one whole forward with a dense mask and no cache: the
-path every other one is tested against.
+path every other one is tested against. Before each pass the call asks the scheduler's ``stop``
+and gives up (Stopped) once every request in it was abandoned, so a long call ends early too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from safetensors import SafetensorError
@@ -22,7 +23,7 @@ from safetensors.torch import load_file
 
 from sr_runtime.backbone import Backbone, StateSnapshot
 from sr_runtime.checkpoint import READOUT, Checkpoint, DecisionConfig, read_checkpoint
-from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded
+from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded, Stopped
 from sr_runtime.assets import read_assets, the_one
 from sr_runtime.heads import Heads
 from sr_runtime.prompt import LAYOUTS, MediaSpan, PromptTokens, encode_media_prompts, split_placeholders, with_question_media
@@ -56,6 +57,7 @@ from sr_runtime.types import (
 )
 from sr_runtime.vision import VisionTower
 
+_P = TypeVar("_P")
 DEFAULT_TOKEN_BUDGET = 16_384
 DEFAULT_STATE_CACHE_BYTES = 512 * 2**20
 MIN_OPTIONS, MIN_LEVELS, MAX_LEVELS = 2, 2, 10
@@ -84,8 +86,15 @@ class _Row:
     video: tuple[torch.Tensor, tuple[float, ...]] | None = None  # a track row's frame rows and times
 
 
+def _never() -> bool:
+    return False
+
+
 class Engine:
     """A decision checkpoint (or a stock base model read zero-shot), ready to answer."""
+
+    # answer_batch takes ``stop`` and checks it before each pass (the scheduler asks engines this)
+    stops_between_passes = True
 
     def __init__(
         self,
@@ -131,6 +140,7 @@ class Engine:
         self._hits: set[str] = set()
         self._partial: set[int] = set()
         self._truncated: set[tuple[int, int]] = set()
+        self._stop: Callable[[], bool] = _never
 
     @classmethod
     def load(
@@ -320,6 +330,13 @@ class Engine:
             passes.append(current)
         return passes
 
+    def _each_pass(self, passes: Iterable[_P]) -> Iterator[_P]:
+        """``passes`` in turn; before each, the call is given up if nobody waits for it any more."""
+        for p in passes:
+            if self._stop():
+                raise Stopped("every request of this engine call was abandoned")
+            yield p
+
     def _states(self, rows: Sequence[_Row]) -> dict[str, StateSnapshot]:
         """Each distinct state of these rows, from the LRU or computed once."""
         states: dict[str, StateSnapshot] = {}
@@ -328,6 +345,8 @@ class Engine:
                 continue
             state = self.state_cache.get(row.key)
             if state is None:
+                if self._stop():  # a prefill is a pass of its own
+                    raise Stopped("every request of this engine call was abandoned")
                 state = self.backbone.prefill(row.prompt.state, self.config.attention_mode, row.prompt.media)
                 self.state_cache.put(row.key, state)
             else:
@@ -349,7 +368,7 @@ class Engine:
             return torch.cat(
                 [
                     self.backbone.prompt_rows([r.prompt.state + r.prompt.question], [len(r.prompt.state)], mode, [_whole_media(r.prompt)])
-                    for r in rows
+                    for r in self._each_pass(rows)
                 ]
             ), {}
         if mode == "noncausal_full_attention":
@@ -362,7 +381,7 @@ class Engine:
                         mode,
                         [_whole_media(r.prompt) for r in p],
                     )
-                    for p in passes
+                    for p in self._each_pass(passes)
                 ]
             ), {}
         states = self._states(rows)
@@ -374,15 +393,25 @@ class Engine:
                 self.backbone.question_rows(
                     [states[r.key] for r in p], [r.prompt.question for r in p], mode, self.token_budget, [r.prompt.question_media for r in p]
                 )
-                for p in self._question_passes(ordered)
+                for p in self._each_pass(self._question_passes(ordered))
             ]
         )
         return hidden[torch.tensor(order).argsort()], states
 
     # -- answers ----------------------------------------------------------------------------
 
-    def answer_batch(self, requests: list[DecisionRequest]) -> list[Result]:
-        """Answers for each request, in question order; a QuestionError where one cannot be answered."""
+    def answer_batch(self, requests: list[DecisionRequest], stop: Callable[[], bool] | None = None) -> list[Result]:
+        """Answers for each request, in question order; a QuestionError where one cannot be answered.
+
+        ``stop``: asked before each pass; when it says True the call raises Stopped (the
+        scheduler's: every request of the call was abandoned)."""
+        self._stop = stop or _never
+        try:
+            return self._answer_batch(requests)
+        finally:
+            self._stop = _never
+
+    def _answer_batch(self, requests: list[DecisionRequest]) -> list[Result]:
         slots: list[list[Answer | QuestionError | None]] = [[None] * len(r.questions) for r in requests]
         self._hits = set()  # states of this call found in the LRU
         self._partial = set()  # requests of this call not read whole

@@ -6,6 +6,7 @@
      ├── InvalidInput            invalid_input: the state or a request field is unusable
      ├── MaxLengthExceeded       max_length_exceeded: a prompt is longer than the model may read
      └── InvalidModelOutput      invalid_model_output: the model produced no valid answer
+    Stopped                      an engine call given up between passes: nobody waits for it
 
 `code` is the standard's error word (seed 002's table); the HTTP server maps it to a status.
 """
@@ -15,6 +16,11 @@ from __future__ import annotations
 
 class CheckpointError(Exception):
     """A checkpoint or built-in model that cannot be served; the message is one line."""
+
+
+class Stopped(Exception):
+    """``answer_batch(..., stop=)`` gave up between two passes because ``stop()`` said every
+    request of the call was abandoned (its deadline passed, or its client went away)."""
 
 
 class DecisionError(Exception):

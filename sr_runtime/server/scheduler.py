@@ -18,8 +18,9 @@ what such newcomers leave of a slice's time. Every round stays within `--max-bat
 Work ends when nobody waits for it: before each round, a job whose deadline passed fails with
 504 `deadline_exceeded` and a job its caller abandoned (the client went away, or the caller
 answered 504 itself) is dropped; the requests of either that never ran are counted in
-``on_dropped`` (`vsr_runtime_dropped_requests`). A round already in the engine runs to its
-end: it is one slice long.
+``on_dropped`` (`vsr_runtime_dropped_requests`). A round already in the engine is one slice
+long; an engine that checks between its passes (`stops_between_passes`: the checkpoint engine)
+gives it up at the next pass once every job in it was dropped.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from sr_control.systemone import DeadlineExceeded
+from sr_runtime.errors import Stopped
 from sr_runtime.server.errors import Overloaded, Unavailable
 from sr_runtime.types import DecisionEngine, DecisionRequest, Result, coded_options, render_text
 
@@ -214,7 +216,19 @@ class Scheduler:
             self.before_round(questions)
         started = time.monotonic()
         try:
-            results = self.engine.answer_batch(requests)
+            if getattr(self.engine, "stops_between_passes", False):
+                # not in the DecisionEngine protocol: only engines that declare it take ``stop``
+                results = self.engine.answer_batch(requests, stop=lambda: _nobody_waits(round_))  # type: ignore[call-arg]
+            else:
+                results = self.engine.answer_batch(requests)
+        except Stopped:
+            with self._cond:
+                for s in round_:
+                    self._drop(s.job, "deadline" if s.job.gone is None else None)
+                    if self.on_dropped is not None:  # the slice in the engine never finished either
+                        self.on_dropped(s.job.gone or "deadline", s.end - s.start)
+                    _fail(s.job, DeadlineExceeded("options.deadline_ms passed before the model finished", reason="deadline_exceeded"))
+            return
         except Exception as exc:  # noqa: BLE001 - handed to the caller, who maps it to an answer
             if len(round_) > 1:  # one request's failure must not fail the others of its round
                 for s in round_:
@@ -244,6 +258,13 @@ class Scheduler:
                     self._jobs.pop(job.future, None)
                     if not job.future.done():
                         job.future.set_result(Outcome(job.results, job.started - job.submitted, job.inference_s, job.round_requests))
+
+
+def _nobody_waits(round_: list[Slice]) -> bool:
+    """Every job of the round was abandoned or is past its deadline (read without the lock: a
+    job's ``gone`` is set once, and a stale read only delays the stop by a pass)."""
+    now = time.monotonic()
+    return all(s.job.gone is not None or (s.job.deadline is not None and s.job.deadline <= now) for s in round_)
 
 
 def _fail(job: Job, exc: BaseException) -> None:

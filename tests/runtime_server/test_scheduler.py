@@ -5,14 +5,16 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sr_control.systemone import DeadlineExceeded
 from sr_runtime.engine import Engine
+from sr_runtime.errors import Stopped
 from sr_runtime.server import ServerSettings
 from sr_runtime.server.scheduler import Scheduler, estimate_tokens
-from sr_runtime.types import ChoiceQuestion, DecisionRequest, NoulQuestion, ScoreQuestion
+from sr_runtime.types import ChoiceQuestion, DecisionRequest, NoulQuestion, Result, ScoreQuestion
 
 from .conftest import NOUL, HeldEngine, body, engine_loader, runtime, serving, wait_until
 
@@ -202,4 +204,54 @@ def test_a_batch_past_the_sidecars_deadline_gets_504_and_the_next_request_is_ans
         assert answer.status_code == 200 and 0 <= answer.json()["answers"]["urgent"]["noul"] <= 1
         metrics = client.get("/metrics").text
     assert 'vsr_runtime_dropped_requests_total{why="deadline"} 29.0' in metrics
+    assert held.calls == [1, 1]
+
+
+def test_an_engine_call_stops_at_the_next_pass_once_nobody_waits(checkpoint: Path) -> None:
+    """A request of many questions on a small token budget takes many passes; ``stop`` is asked
+    before each, and the call ends at the first that finds it true."""
+    engine = Engine.load(checkpoint, state_cache_bytes=0, token_budget=256)
+    request = DecisionRequest(STATES[0], QUESTIONS * 12)
+    asked: list[bool] = []
+
+    def stop() -> bool:
+        asked.append(len(asked) >= 2)
+        return asked[-1]
+
+    with pytest.raises(Stopped):
+        engine.answer_batch([request], stop=stop)
+    assert asked == [False, False, True]  # the state's prefill, one question pass, then no more
+    every: list[bool] = []
+    engine.answer_batch([request], stop=lambda: every.append(False) or False)
+    assert len(every) > 5  # unstopped, the same call takes many passes
+    assert numbers(engine.answer(request)) == numbers(engine.answer_batch([request])[0])  # and stop=None changes nothing
+
+
+class HeldCall(HeldEngine):
+    """HeldEngine for an engine that checks ``stop`` between its passes."""
+
+    stops_between_passes = True
+
+    def answer_batch(self, requests: list[DecisionRequest], stop: Any = None) -> list[Result]:
+        self.entered.set()
+        assert self.release.wait(60), "the test never released the engine"
+        self.calls.append(len(requests))
+        return self.engine.answer_batch(requests, stop=stop)
+
+
+def test_a_long_request_abandoned_in_the_engine_stops_there_and_frees_it(checkpoint: Path) -> None:
+    held = HeldCall(Engine.load(checkpoint, state_cache_bytes=0, token_budget=256))
+    dropped: list[tuple[str, int]] = []
+    scheduler = Scheduler(held, max_batch_tokens=16_384, max_queue=16, on_dropped=lambda why, n: dropped.append((why, n)))
+    try:
+        long = scheduler.submit([DecisionRequest(STATES[0], QUESTIONS * 12)])
+        assert held.entered.wait(30)
+        scheduler.abandon(long, "client_closed")
+        after = scheduler.submit(batch_of(1))
+        held.release.set()
+        assert len(after.result(30).results) == 1
+    finally:
+        held.release.set()
+        scheduler.close()
+    assert dropped == [("client_closed", 1)]  # the request in the engine, given up at its first pass
     assert held.calls == [1, 1]
