@@ -57,8 +57,19 @@ class Outcomes(als_pb2_grpc.AccessLogServiceServicer):
                 listener = message.identifier.log_name
             for entry in message.http_logs.log_entry:
                 by, details = answered_by(entry.response.response_code_details)
-                status = str(entry.response.response_code.value) if entry.response.HasField("response_code") else "0"
-                self.metrics.responses.labels(listener, status, by, details).inc()
+                code = entry.response.response_code.value if entry.response.HasField("response_code") else 0
+                self.metrics.responses.labels(listener, str(code), by, details).inc()
+                if by == "envoy" and code >= 500:
+                    # A timeout or failure the sidecar's handler never saw: said here, or only
+                    # Envoy's access log would say it. The path without its query (a key may be in it).
+                    _log.warning(
+                        "envoy answered itself",
+                        listener=listener,
+                        status=code,
+                        details=details,
+                        request_id=entry.request.request_id,
+                        path=(entry.request.original_path or entry.request.path).split("?", 1)[0],
+                    )
         return als_pb2.StreamAccessLogsResponse()
 
 
