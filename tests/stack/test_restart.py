@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sr_control.stack import STOP_GRACE, Ports, Stack, StackError, StackOptions, _free, default_config
-from tests.conftest import BIN
+from tests.conftest import BIN, ROOT
 from tests.stack.test_serve_stack import SEED_002_CURL, _free_offset, _get
 
 
@@ -150,3 +150,12 @@ def test_ctrl_c_with_a_long_request_in_flight_then_a_restart_at_once_keeps_the_e
         if stack.poll() is None:
             os.killpg(stack.pid, signal.SIGKILL)
             stack.wait()
+
+
+def test_make_serve_passes_config_and_args_to_vllm_sr_serve() -> None:
+    # `make -n` prints what `make serve` would run, running nothing.
+    run = subprocess.run(["make", "-n", "serve", "CONFIG=my.yaml", "ARGS=--reset-config"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == ".venv/bin/vllm-sr serve --config my.yaml --reset-config"
+    plain = subprocess.run(["make", "-n", "serve"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert plain.stdout.strip().splitlines()[-1].split() == [".venv/bin/vllm-sr", "serve"]
