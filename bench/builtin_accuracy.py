@@ -224,32 +224,55 @@ def fit_nli(noul_model: Path | None = None) -> None:
 
 
 def timing(noul_model: Path | None, runs: int) -> None:
-    """`default`'s noul time as a client sees it: a one-question request (p50, p99), and one
-    request of 64 noul questions (the heldout part's first 64 questions on one state)."""
+    """`default`'s noul time as a client sees it, through `vllm-srun serve default` on this machine:
+    one-question requests (p50, p99) and one request of 64 noul questions on one state."""
+    import socket
+    import subprocess
+
+    import httpx
     import numpy as np
 
-    from sr_runtime.types import DecisionRequest
-
-    engine = load_engine("default", noul_model=noul_model)
-    rows = [r for r in examples("heldout") if r["type"] == "noul"]
-    requests = [read_request(body(row)).request for row in rows[:runs]]
-    engine.answer_batch(requests[:1])  # warm
-    took = []
-    for request in requests:
-        start = time.perf_counter()
-        engine.answer_batch([request])
-        took.append((time.perf_counter() - start) * 1000)
-    questions = tuple(read_request(body(row)).request.questions[0] for row in rows[::5][:64])
-    state = rows[0]["state"]
-    big = []
-    for _ in range(3):
-        start = time.perf_counter()
-        engine.answer_batch([DecisionRequest(state, questions)])
-        big.append(time.perf_counter() - start)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [str(Path(sys.executable).with_name("vllm-srun")), "serve", "default", "--port", str(port)]
+    if noul_model is not None:
+        command += ["--noul-model", str(noul_model)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(timeout=60) as client:
+            started = time.monotonic()
+            while True:
+                try:
+                    if client.get(f"{url}/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if server.poll() is not None or time.monotonic() - started > 300:
+                    raise SystemExit("vllm-srun serve default did not come up")
+                time.sleep(0.2)
+            every = [r for r in examples("heldout") if r["type"] == "noul"]
+            rows = every[:runs]
+            client.post(f"{url}/v1/systemone", json=body(rows[0])).raise_for_status()  # warm
+            took = []
+            for row in rows:
+                start = time.perf_counter()
+                client.post(f"{url}/v1/systemone", json=body(row)).raise_for_status()
+                took.append((time.perf_counter() - start) * 1000)
+            questions = {f"q{i}": body(row)["questions"]["q"] for i, row in enumerate(every[::2][:64])}
+            big = []
+            for _ in range(3):
+                start = time.perf_counter()
+                reply = client.post(f"{url}/v1/systemone", json={"state": rows[0]["state"], "questions": questions})
+                reply.raise_for_status()
+                big.append(time.perf_counter() - start)
+    finally:
+        server.terminate()
+        server.wait(30)
     p50, p99 = np.percentile(took, [50, 99])
-    print(f"\none-question noul request: p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(took)} requests (target p50 <= 60 ms)")
+    print(f"\nthrough vllm-srun serve default: one-question noul request p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(took)} requests (target p50 <= 60 ms)")
     print(f"64 noul questions in one request: {min(big):.2f}-{max(big):.2f} s over {len(big)} runs (target <= 3 s)")
-    print(f"math threads: torch {__import__('torch').get_num_threads()} (the noul model runs that many batches side by side)")
 
 
 def main() -> None:

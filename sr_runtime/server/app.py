@@ -269,7 +269,9 @@ def engine_loader(settings: ServerSettings) -> Loader:
 
     def load() -> tuple[DecisionEngine, str]:
         from sr_runtime.loader import load_engine
+        from sr_runtime.server.threads import math_threads
 
+        threads = math_threads(settings)
         engine = load_engine(
             settings.model,
             device=settings.device,
@@ -277,6 +279,7 @@ def engine_loader(settings: ServerSettings) -> Loader:
             state_cache_bytes=settings.state_cache_mb * 2**20,
             token_budget=settings.max_batch_tokens,
             noul_model=settings.noul_model,
+            noul_threads=None if threads is None else threads.heavy,
         )
         return engine, folder_date(model_folder(settings.model))
 

@@ -80,6 +80,14 @@ def test_smollm2_converts_once_and_state_once_equals_its_reference(tmp_path: Pat
     assert max_dp(answer, reference.answer(parsed.request)) <= 1e-4
     assert engine.card().limits.max_options == 26
     assert engine.config.attention_mode == "causal" and engine.checkpoint.zero_shot  # type: ignore[attr-defined]
+    # The converted weights are the model's: it knows what a 135M instruct model knows.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = tmp_path / "smollm2-135m-instruct-q4_1"
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    with torch.inference_mode():
+        logits = model(tokenizer("The capital of France is", return_tensors="pt").input_ids).logits[0, -1]
+    assert tokenizer.decode(int(logits.argmax())) == " Paris"
 
 
 def test_an_unusable_device_is_one_line_not_a_traceback(checkpoints: dict[str, Path]) -> None:
