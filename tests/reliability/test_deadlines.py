@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.extproc.harness import Runtime, get_text, metric
 from tests.reliability.front import batch, front
@@ -68,3 +70,34 @@ def test_a_batch_past_its_deadline_gets_the_json_504_and_the_next_request_is_ans
         text = get_text(f"{default.url}/metrics")
         assert metric(text, "vsr_runtime_dropped_requests_total") - before > 100
         assert metric(text, "vsr_runtime_queue_depth") == 0
+
+
+@pytest.fixture(scope="module")
+def tight(default: Runtime, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A listener in front of ``default`` whose System One deadline is 1 s."""
+    with front(tmp_path_factory.mktemp("tight"), default.url, max_deadline_ms=1000) as port:
+        yield port
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    states=st.integers(1, 40),
+    repeat=st.integers(1, 4),
+    deadline_ms=st.one_of(st.none(), st.integers(1, 2500)),
+    path=st.sampled_from(["/v1/systemone/batch", "/v1/systemone"]),
+)
+def test_no_answer_is_empty_whatever_the_size_and_the_deadline(tight: int, states: int, repeat: int, deadline_ms: int | None, path: str) -> None:
+    """Every answer is JSON in the listener's form with a documented status, never Envoy's empty 504."""
+    options = {} if deadline_ms is None else {"deadline_ms": deadline_ms}
+    doc = batch(states, repeat=repeat, **options)
+    if path == "/v1/systemone":  # one request: the batch's states as one long state
+        doc = {"state": " ".join(r["state"] for r in doc["requests"].values()), "questions": ASK["questions"], **({"options": options} if options else {})}
+    reply = post(tight, doc, path=path)
+    assert reply.headers.get("content-type") == "application/json" and reply.body, (reply.status, reply.body)
+    answer = json.loads(reply.body)
+    assert reply.status in (200, 400, 504), answer  # docs/runtime/server.md's table, for a valid request
+    if reply.status != 200:
+        assert answer["reason"] == ("deadline_exceeded" if reply.status == 504 else "max_length_exceeded"), answer
+    else:
+        responses = answer["responses"].values() if path.endswith("batch") else [answer]
+        assert all(0 <= r["answers"]["urgent"]["noul"] <= 1 for r in responses), answer
