@@ -9,6 +9,7 @@ and Envoy forwarding to it (``--forwarding envoy``).
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.e2e.envoy_proc import wait_for
 from tests.extproc.harness import Runtime, get_text, metric
 from tests.reliability.front import batch, front
 from tests.reliability.parts import ASK, post
@@ -57,8 +59,10 @@ def test_a_batch_past_its_deadline_gets_the_json_504_and_the_next_request_is_ans
         # The reason is the same either way; the code is the sidecar's (deadline_exceeded) or the
         # runtime's (question_failed, seed 002's table) depending on who answered first.
         assert error["reason"] == "deadline_exceeded" and error["detail"]["error_type"] == "timeout", error
-        if forwarding == "auto":  # the sidecar's own answer; through Envoy, the runtime's (what was left of it)
+        if forwarding == "auto":  # the sidecar's own answer
             assert f"deadline of {deadline_ms} ms" in error["detail"]["message"], error
+        else:  # the runtime's, re-encoded: the sidecar told it what was left (x-vsr-deadline-ms)
+            assert "left when the router sent it here" in error["detail"]["message"], error
 
         sent = time.monotonic()
         answer = post(port, ASK)
@@ -101,3 +105,19 @@ def test_no_answer_is_empty_whatever_the_size_and_the_deadline(tight: int, state
     else:
         responses = answer["responses"].values() if path.endswith("batch") else [answer]
         assert all(0 <= r["answers"]["urgent"]["noul"] <= 1 for r in responses), answer
+
+
+def test_a_client_that_goes_away_ends_its_batchs_work(default: Runtime) -> None:
+    """Straight to the runtime, no deadline: the client closes its connection while its batch
+    runs, and the runtime drops what it had not run and frees the queue."""
+    before = metric(get_text(f"{default.url}/metrics"), "vsr_runtime_dropped_requests_total", why="client_closed")
+    body = json.dumps(batch(200, repeat=2)).encode()
+    with socket.create_connection(("127.0.0.1", default.port)) as conn:
+        conn.sendall(b"POST /v1/systemone/batch HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                     + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+        # Slices of it are running: the batch waits for more of the engine.
+        wait_for(lambda: metric(get_text(f"{default.url}/metrics"), "vsr_runtime_queue_depth") == 1, timeout=30, what="the batch to run")
+    wait_for(lambda: metric(get_text(f"{default.url}/metrics"), "vsr_runtime_dropped_requests_total", why="client_closed") > before, timeout=10, what="the batch to be dropped")
+    text = get_text(f"{default.url}/metrics")
+    assert metric(text, "vsr_runtime_dropped_requests_total", why="client_closed") - before > 100
+    assert metric(text, "vsr_runtime_queue_depth") == 0
