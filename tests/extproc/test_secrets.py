@@ -153,3 +153,40 @@ def test_two_authorization_headers_are_refused_whichever_holds_the_key(world: Wo
     pair = [("authorization", f"Bearer {LISTENER_KEY}"), ("authorization", "Bearer wrong")]
     status, body = _raw_post(world.listeners["keyed"], "/v1/systemone", pair if order == "good first" else pair[::-1], json.dumps(VALID).encode())
     assert status == 401 and json.loads(body)["reason"] == "invalid_key"
+
+
+def test_envoy_forwarding_to_a_runtime_with_a_key_adds_it_and_drops_the_listeners(world: World, tmp_path: Path) -> None:
+    """``--forwarding envoy`` (as for a Service-backed deployment): Envoy carries the request to a
+    runtime that checks its key. The sidecar's answer names only the cluster; Envoy drops the
+    client's listener key and adds the runtime's from its own environment, so the runtime
+    answers 200 (it would answer 401 to the listener's key, or to none)."""
+    from tests.e2e.envoy_proc import free_port, wait_for
+    from tests.e2e.http_client import request
+    from tests.extproc.harness import Plane, envoy_for
+
+    port = free_port()
+    capped = world.runtimes["capped"].url
+    config = f"""version: 2
+deployments:
+  capped: {{provider: systemone, endpoint: "{capped}/v1/systemone", model: tiny-26, schema: vllm-sr/5.0, api_key_env: VSR_TEST_RUNTIME_KEY}}
+listeners:
+  - {{name: keyed, address: 127.0.0.1, port: {port}, auth: {{keys_env: VSR_TEST_LISTENER_KEYS}}, apis: {{systemone: {{models: [tiny-26]}}}}}}
+"""
+    sidecar_port = free_port()
+    plane = Plane(tmp_path, config, sidecar_port)
+    # The sidecar reads the runtime's card itself, so it holds that key too; never sends it.
+    sidecar_env = {"VSR_TEST_LISTENER_KEYS": LISTENER_KEY, "VSR_TEST_RUNTIME_KEY": RUNTIME_KEY}
+    sidecar = SidecarProc(tmp_path, plane.port, port=sidecar_port, env=sidecar_env, args=("--forwarding", "envoy")).wait()
+    envoy = envoy_for(tmp_path, plane, sidecar_port, env={"VSR_TEST_RUNTIME_KEY": RUNTIME_KEY})
+    try:
+        body = json.dumps({**VALID, "model": "tiny-26"}).encode()
+        headers = {"content-type": "application/json", "authorization": f"Bearer {LISTENER_KEY}"}
+        reply = wait_for(lambda: (r := request(port, "POST", "/v1/systemone", body, headers)).status != 503 and r, timeout=30, what="the listener")
+        assert reply.status == 200, reply.body
+        assert reply.json()["answers"]["q"]["type"] == "noul"
+        lines = [json.loads(l) for l in envoy.log.read_text().splitlines() if l.startswith("{")]
+        assert lines[-1]["upstream_cluster"] == "deployment/capped"  # Envoy, not the sidecar, called it
+    finally:
+        envoy.stop()
+        sidecar.stop()
+        plane.stop()
