@@ -167,7 +167,7 @@ class Stack:
         # The runtime answers only callers holding this key, made anew at each start.
         runtime_key = secrets.token_urlsafe(32)
         env = Environments.of(config, os.environ, runtime_key)
-        self._redactor = Redactor(env.key_values())
+        self._redactor = Redactor([*env.key_values(), *_file_keys(config)])
         for name in env.missing:
             # Said now, not at the first request: a listener would answer 503 keys_unavailable, an
             # upstream would get "Bearer -" from Envoy and answer 401.
@@ -504,6 +504,20 @@ class Environments:
     def key_values(self) -> list[str]:
         """Every key, each listener variable's split into its keys, as the sidecar splits them."""
         return [k for value in self.keys.values() for k in value.replace(",", " ").split()]
+
+
+def _file_keys(config: RouterConfig) -> list[str]:
+    """The keys in the listeners' ``keys_file``s as they are now (a key rotated in later is still
+    caught by the header and query patterns); an unreadable file is the sidecar's to report."""
+    keys: list[str] = []
+    for listener in config.listeners:
+        if listener.auth is not None and listener.auth.keys_file:
+            try:
+                text = Path(listener.auth.keys_file).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            keys += [k for line in text.splitlines() for k in line.split("#", 1)[0].replace(",", " ").split()]
+    return keys
 
 
 def _check_runtime_key(config: RouterConfig, runtime_port: int, path: Path) -> None:

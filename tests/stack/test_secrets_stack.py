@@ -196,3 +196,13 @@ def test_each_child_gets_only_the_key_variables_it_reads_and_unset_ones_are_name
     assert env.sidecar == {"PATH": "/bin", "VSR_T_LISTENER_KEYS": LISTENER_KEY, "VLLM_SR_RUNTIME_KEY": "made-at-start"}
     assert env.envoy == {"PATH": "/bin", "VSR_T_PROVIDER_KEY": PROVIDER_KEY, "VLLM_SR_RUNTIME_KEY": "made-at-start"}
     assert env.missing == ("VSR_T_UNSET",)
+
+
+def test_the_keys_of_a_listeners_keys_file_are_redacted_by_value_too(tmp_path: Path) -> None:
+    from sr_control.config.load import load_text
+    from sr_control.stack import _file_keys
+
+    keys = tmp_path / "keys"
+    keys.write_text("# one a line\nfile-key-one-0a1\nfile-key-two-9b2  # the second\n")
+    config = load_text(_config(Ports(), "http://127.0.0.1:9").replace("auth: {keys_env: VSR_T_LISTENER_KEYS}", f"auth: {{keys_file: {keys}}}"))
+    assert _file_keys(config) == ["file-key-one-0a1", "file-key-two-9b2"]
