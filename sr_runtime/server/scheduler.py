@@ -13,7 +13,9 @@ states) is answered a slice at a time: a slice is what the engine does in about 
 (from the seconds per token of its past rounds), at least one request. Jobs are served in
 order of the rounds they already had, then of arrival: a request that just arrived joins the
 next round, ahead of the slices of a batch that has had many, and a batch's slice only fills
-what such newcomers leave of a slice's time. Every round stays within `--max-batch-tokens`.
+what such newcomers leave of a slice's time (but a batch left out of one round has a request in
+the next, so newcomers slow it down, never stop it). Every round stays within
+`--max-batch-tokens`.
 
 Work ends when nobody waits for it: before each round, a job whose deadline passed fails with
 504 `deadline_exceeded` and a job its caller abandoned (the client went away, or the caller
@@ -67,6 +69,7 @@ class Job:
     inference_s: float = 0.0
     round_requests: int = 0
     gone: str | None = None  # why its caller stopped waiting, once it did
+    passed_over: bool = False  # it had no slice in the last round
 
     @property
     def tokens(self) -> int:
@@ -194,7 +197,7 @@ class Scheduler:
                 size = job.sizes[end]
                 if tokens and tokens + size > self.max_batch_tokens:
                     break
-                if tokens and split and tokens + size > share:
+                if tokens and split and tokens + size > share and (end > start or not job.passed_over):
                     break  # a split job's slice fills only what is left of a slice's time
                 tokens += size
                 end += 1
@@ -207,6 +210,11 @@ class Scheduler:
                 break
             if end < len(job.requests) and not split:
                 break  # a request that does not fit waits, and none after it overtakes it
+        # A split job left out of this round takes one request in the next whatever came since,
+        # so a stream of new requests slows a batch down to every other round, never stops it.
+        served = {id(s.job) for s in taken}
+        for job in self._waiting:
+            job.passed_over = id(job) not in served
         return taken
 
     def _answer(self, round_: list[Slice]) -> None:

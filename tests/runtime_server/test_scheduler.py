@@ -255,3 +255,39 @@ def test_a_long_request_abandoned_in_the_engine_stops_there_and_frees_it(checkpo
         scheduler.close()
     assert dropped == [("client_closed", 1)]  # the request in the engine, given up at its first pass
     assert held.calls == [1, 1]
+
+
+class Streaming(HeldEngine):
+    """The real engine, taking 0.1 s a call more (a stand-in for a model slow enough that a slice
+    holds one request), with a new one-request job arriving during each of its first calls."""
+
+    def __init__(self, engine: Engine, arrivals: int) -> None:
+        super().__init__(engine)
+        self.release.set()
+        self.arrivals = arrivals
+        self.scheduler: Scheduler | None = None
+        self.jobs: list[Any] = []
+
+    def answer_batch(self, requests: list[DecisionRequest]) -> list[Result]:
+        if self.arrivals and self.scheduler is not None:
+            self.arrivals -= 1
+            self.jobs.append(self.scheduler.submit([DecisionRequest(STATES[self.arrivals % 4], QUESTIONS[:1])]))
+        time.sleep(0.1)
+        return super().answer_batch(requests)
+
+
+def test_a_stream_of_new_requests_slows_a_batch_but_never_stops_it(checkpoint: Path) -> None:
+    engine = Streaming(Engine.load(checkpoint), arrivals=12)
+    scheduler = engine.scheduler = Scheduler(engine, max_batch_tokens=16_384, max_queue=64)
+    try:
+        batch = batch_of(8)
+        job = scheduler.submit(batch)
+        job.result(60)
+        for other in engine.jobs:
+            other.result(60)
+    finally:
+        scheduler.close()
+    had_batch = [any(r in batch for r in round_) for round_ in engine.rounds]
+    last = max(i for i, has in enumerate(had_batch) if has)
+    assert all(had_batch[i] or had_batch[i + 1] for i in range(last))  # the batch is in every other round at least
+    assert all(len(round_) <= 2 for round_ in engine.rounds)  # and each newcomer's round holds at most one of it
