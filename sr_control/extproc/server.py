@@ -283,6 +283,9 @@ def _signals(handler: Callable[..., None]) -> None:
 def _check_port_free(host: str, port: int) -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family) as probe:
+        # As gRPC binds: a port held only by connections in TIME-WAIT (a sidecar stopped a
+        # moment ago, Envoy's connections closed) is free; one something listens on is not.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:

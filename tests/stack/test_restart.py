@@ -159,3 +159,14 @@ def test_make_serve_passes_config_and_args_to_vllm_sr_serve() -> None:
     assert run.stdout.strip().splitlines()[-1] == ".venv/bin/vllm-sr serve --config my.yaml --reset-config"
     plain = subprocess.run(["make", "-n", "serve"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert plain.stdout.strip().splitlines()[-1].split() == [".venv/bin/vllm-sr", "serve"]
+
+
+def test_the_sidecars_port_check_for_its_workers_tolerates_time_wait_too() -> None:
+    from sr_control.extproc.server import _check_port_free
+
+    _check_port_free("127.0.0.1", _time_wait_port())  # a sidecar stopped a moment ago: free
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(OSError, match="cannot listen"):
+            _check_port_free("127.0.0.1", taken.getsockname()[1])
