@@ -12,7 +12,8 @@
 4. ``vllm-srun serve --max-queue 2`` under bursts of concurrent requests, then one at a time.
 5. Head-of-line: ``vllm-srun serve default`` (what ``vllm-sr serve`` runs), straight and through
    Envoy and the sidecar: a one-question request's p50/p99 idle, and while a 200-state
-   ``/v1/systemone/batch`` is in flight (target: p99 within 3x of idle).
+   ``/v1/systemone/batch`` is in flight (target: p99 within 3x of idle), sent one after another
+   with a random pause of 0-100 ms before each.
 
 Prints, per scenario, requests sent, failed and the longest time any request waited, and the
 scenario's own figures (time to resync, peak RSS, statuses); never fails on time.
@@ -21,6 +22,7 @@ scenario's own figures (time to resync, peak RSS, statuses); never fails on time
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import tempfile
 import threading
@@ -117,6 +119,10 @@ ONE = {k: v for k, v in ASK.items() if k != "model"}  # the runtime alone knows 
 
 
 def _timed(port: int) -> float:
+    # A client that asks now and then, not the instant its last answer came: its requests land
+    # anywhere in a batch's slice, as independent clients' do (a closed loop would always land
+    # just after the slice began, the worst case, every time).
+    time.sleep(random.uniform(0, 0.1))
     sent = time.monotonic()
     reply = post(port, ONE, timeout=120)
     assert reply.status == 200, reply.body

@@ -71,10 +71,6 @@ class Job:
     gone: str | None = None  # why its caller stopped waiting, once it did
     passed_over: bool = False  # it had no slice in the last round
 
-    @property
-    def tokens(self) -> int:
-        return sum(self.sizes)
-
 
 @dataclass(frozen=True, slots=True)
 class Slice:
