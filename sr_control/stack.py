@@ -123,8 +123,7 @@ class Stack:
     _plane: ControlPlane | None = None
     _config: RouterConfig | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
-    # The sidecar's and Envoy admin's Unix sockets, in a folder of mode 0700 made at start (a
-    # short path: a socket's path may not exceed 107 bytes, and a state directory can be deep).
+    # The sidecar's and Envoy admin's Unix sockets, in a folder of mode 0700 made at start.
     _run_dir: Path | None = None
     _redactor: Redactor = field(default_factory=Redactor)
 
@@ -172,7 +171,7 @@ class Stack:
             # Said now, not at the first request: a listener would answer 503 keys_unavailable, an
             # upstream would get "Bearer -" from Envoy and answer 401.
             _log.warning("key variable unset", variable=name, hint=f"the config names {name} (keys_env or api_key_env); export it before vllm-sr serve")
-        self._run_dir = Path(tempfile.mkdtemp(prefix="vllm-sr-"))  # mode 0700
+        self._run_dir = _run_dir(opts.state_dir)
 
         self._spawn("runtime", [
             str(BIN / "vllm-srun"), "serve", opts.model, "--device", opts.device, "--host", "127.0.0.1", "--port", str(ports.runtime),
@@ -504,6 +503,19 @@ class Environments:
     def key_values(self) -> list[str]:
         """Every key, each listener variable's split into its keys, as the sidecar splits them."""
         return [k for value in self.keys.values() for k in value.replace(",", " ").split()]
+
+
+def _run_dir(state_dir: Path) -> Path:
+    """STATE_DIR/run (mode 0700), made afresh: a stack killed outright leaves its sockets there,
+    and the next start replaces them. A socket's path may not exceed 107 bytes, so a deep state
+    directory gets a folder of its own under the temporary directory instead."""
+    run = (state_dir / "run").resolve()
+    if len(str(run / "envoy-admin.sock").encode()) > 100:
+        return Path(tempfile.mkdtemp(prefix="vllm-sr-"))  # mode 0700
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(mode=0o700)
+    run.chmod(0o700)
+    return run
 
 
 def _file_keys(config: RouterConfig) -> list[str]:
