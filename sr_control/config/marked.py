@@ -2,20 +2,32 @@
 
 Validation reads every config on every reload (``xds serve`` reads the file each time it
 changes), so it uses libyaml through PyYAML's C loader: about 7x faster than ruamel.yaml's
-round-trip loader, which ``config migrate`` keeps for comments and quoting. Scalars resolve by
-the YAML 1.2 core schema, as ruamel.yaml reads them: ``no``, ``on`` and ``010`` stay what a
-1.2 reader says (a string, a string, ten), never YAML 1.1's surprises. A key given twice is an
-error, not a silent override.
+round-trip loader, which ``config migrate`` and older formats go through (``source.py``). The
+two must read a value alike, or the same file would mean two things by its version; so this
+reader takes its scalar rules from ruamel.yaml itself rather than restating them: ruamel's YAML
+1.2 rows of its implicit-resolver table decide what a plain scalar is, and ruamel's own
+constructors build it (``1_000`` and ``0b11`` are ints, ``2001-12-14`` a date, ``no`` and
+``on`` strings). A scalar of a type it cannot build (``0x_``, ``2001-13-45``) and a
+``%YAML`` directive other than 1.2 are refused by both readers, at their place. A key given
+twice is an error, not a silent override. ``tests/config/test_marked.py`` holds the two equal
+on generated scalars and documents.
 """
 
 from __future__ import annotations
 
-import math
+import datetime
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import yaml
+from ruamel.yaml import resolver as ruamel_resolver
+from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.constructor import SafeConstructor as RuamelSafeConstructor
+from ruamel.yaml.error import YAMLError as RuamelYAMLError
+from ruamel.yaml.scalarbool import ScalarBoolean
 
 from sr_control.config.errors import Loc, Problem
 
@@ -23,7 +35,7 @@ from sr_control.config.errors import Loc, Problem
 Mark = tuple[int, int, int, int]
 # Where a value sits in the YAML as written: its mapping keys are any YAML scalar, not only the
 # str and int of a Loc (what pydantic reports, and what ``position`` looks up).
-YamlPath = tuple[str | int | float | bool | None, ...]
+YamlPath = tuple[str | int | float | bool | datetime.date | None, ...]
 
 
 class YamlSyntaxError(Exception):
@@ -63,50 +75,101 @@ class Marked:
         return line + 1, col + 1
 
 
+YAML_VERSION = (1, 2)
+
+
 class _CoreLoader(yaml.CSafeLoader):
-    """libyaml's parser with the YAML 1.2 core schema's scalar resolution."""
+    """libyaml's parser; plain scalars resolved and built as ruamel.yaml's 1.2 loader does."""
 
 
+# ruamel.yaml's own table, its 1.2 rows in its order: a plain scalar takes the first row its
+# first character and pattern match, as in ruamel's resolver. The ``yaml`` row is there for
+# documentation only (a plain scalar cannot start with ``!``, ``&`` or ``*``).
 _CoreLoader.yaml_implicit_resolvers = {}
-for _tag, _pattern, _first in (
-    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
-    ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
-    ("tag:yaml.org,2002:float", r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", "-+0123456789."),
-    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
-    ("tag:yaml.org,2002:merge", r"^(?:<<)$", "<"),
-):
-    _CoreLoader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
+for _versions, _tag, _pattern, _first in ruamel_resolver.implicit_resolvers:
+    if YAML_VERSION in _versions and _tag != "tag:yaml.org,2002:yaml":
+        # ruamel compiles its patterns lazily behind a proxy; match through the pattern itself.
+        _CoreLoader.add_implicit_resolver(_tag, re.compile(_pattern.pattern, _pattern.flags), _first)
 
 
-def _int(loader: yaml.BaseLoader, node: yaml.ScalarNode) -> int:
-    text = str(node.value)
-    if text.startswith("0o"):
-        return int(text[2:], 8)
-    if text.startswith("0x"):
-        return int(text[2:], 16)
-    return int(text, 10)
+class _RuamelScalars(RuamelSafeConstructor):
+    """ruamel.yaml's scalar constructors, run on libyaml's nodes (whose value is their text)."""
+
+    def construct_scalar(self, node: Any) -> Any:
+        return node.value
 
 
-def _float(loader: yaml.BaseLoader, node: yaml.ScalarNode) -> float:
-    text = str(node.value).lower()
-    if text.endswith(".inf"):
-        return -math.inf if text.startswith("-") else math.inf
-    if text == ".nan":
-        return math.nan
-    return float(text)
+# ruamel's constructors ask their loader's resolver which YAML version they are reading.
+_RUAMEL = _RuamelScalars(loader=SimpleNamespace(_resolver=SimpleNamespace(processing_version=YAML_VERSION)))
 
 
-def _bool(loader: yaml.BaseLoader, node: yaml.ScalarNode) -> bool:
-    return str(node.value).lower() == "true"
+def unbuildable(text: Any, tag: Any, exc: Exception) -> str:
+    """Why a scalar that resolved to a type is not one; both readers say it in these words."""
+    kind = str(tag).rpartition(":")[2]
+    why = f" ({exc})" if kind == "timestamp" and isinstance(exc, ValueError) else ""
+    return f"{text!r} reads as a YAML {kind} but is not a valid one{why}; quote it to keep it a string"
+
+
+def _by_ruamel(build: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+    """A PyYAML constructor that builds a scalar with ruamel's method ``build``. What ruamel
+    would raise bare (``int('', 16)`` for ``0x_``, a ValueError for ``2001-13-45``) becomes an
+    error at the scalar's place."""
+
+    def construct(loader: Any, node: Any) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            raise yaml.constructor.ConstructorError(None, None, f"{node.tag} must be a scalar, not a {node.id}", node.start_mark)
+        try:
+            return build(node)
+        except (ValueError, LookupError, RuamelYAMLError) as exc:
+            raise yaml.constructor.ConstructorError(None, None, unbuildable(node.value, node.tag, exc), node.start_mark) from None
+
+    return construct
+
+
+_ruamel_int = _by_ruamel(_RUAMEL.construct_yaml_int)
+
+
+def _int(loader: Any, node: Any) -> Any:
+    text = node.value
+    if isinstance(text, str) and text.isdigit():  # most ints in a config: no sign, base or `_`
+        return int(text)
+    return _ruamel_int(loader, node)
 
 
 _CoreLoader.add_constructor("tag:yaml.org,2002:int", _int)
-_CoreLoader.add_constructor("tag:yaml.org,2002:float", _float)
-_CoreLoader.add_constructor("tag:yaml.org,2002:bool", _bool)
+_CoreLoader.add_constructor("tag:yaml.org,2002:float", _by_ruamel(_RUAMEL.construct_yaml_float))
+_CoreLoader.add_constructor("tag:yaml.org,2002:bool", _by_ruamel(_RUAMEL.construct_yaml_bool))
+_CoreLoader.add_constructor("tag:yaml.org,2002:timestamp", _by_ruamel(_RUAMEL.construct_yaml_timestamp))
+# A plain ``=`` or ``<<`` where a value goes is text: ruamel resolves them to tags it keeps
+# unbuilt (``from_round_trip`` reads those as their text too); ``<<`` as a key still merges.
+def _text(loader: Any, node: Any) -> Any:
+    return loader.construct_scalar(node)
+
+
+_CoreLoader.add_constructor("tag:yaml.org,2002:value", _text)
+_CoreLoader.add_constructor("tag:yaml.org,2002:merge", _text)
+
+
+def check_version(text: str, file: str) -> None:
+    """Refuse a ``%YAML`` directive other than 1.2. Under ``%YAML 1.1`` ruamel.yaml reads
+    ``yes`` as true and ``010`` as eight, and libyaml cannot: rather than one file meaning two
+    things, neither reader takes it. Raises YamlSyntaxError."""
+    if "%YAML" not in text:  # rare, so most reads skip the parse below
+        return
+    try:
+        for event in yaml.parse(text, Loader=yaml.CSafeLoader):
+            if isinstance(event, yaml.DocumentStartEvent) and event.version not in (None, YAML_VERSION):
+                version = ".".join(map(str, event.version))
+                message = f"%YAML {version}: vllm-sr reads configs as YAML 1.2 only; remove the directive"
+                line, col = (event.start_mark.line, event.start_mark.column) if event.start_mark else (0, 0)
+                raise YamlSyntaxError(Problem(file, line + 1, col + 1, (), message))
+    except yaml.YAMLError:
+        return  # a syntax error: the reader itself reports it, at its place
 
 
 def read(text: str, file: str) -> Marked:
     """Parse ``text``; an empty file is an empty mapping. Raises YamlSyntaxError."""
+    check_version(text, file)
     loader = _CoreLoader(text)
     try:
         root = loader.get_single_node()
@@ -142,6 +205,8 @@ def _build(loader: Any, node: Any, loc: YamlPath, marks: dict[YamlPath, Mark], f
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
+            if not isinstance(key_node, yaml.ScalarNode):  # ``? [a, b]``: not a name, and unhashable
+                raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a scalar", key_node.start_mark)
             key = loader.construct_object(key_node, deep=True)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
@@ -152,7 +217,7 @@ def _build(loader: Any, node: Any, loc: YamlPath, marks: dict[YamlPath, Mark], f
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             key = loader.construct_object(key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)) and key is not None:
+            if not isinstance(key, (str, int, float, bool, datetime.date)) and key is not None:
                 raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a scalar", key_node.start_mark)
             here = loc + (key,)
             marks[here] = (key_node.start_mark.line, key_node.start_mark.column, value_node.start_mark.line, value_node.start_mark.column)
@@ -163,8 +228,6 @@ def _build(loader: Any, node: Any, loc: YamlPath, marks: dict[YamlPath, Mark], f
 
 def from_round_trip(doc: Any) -> Marked:
     """A ruamel.yaml round-trip tree (after an in-memory migration) as Marked data."""
-    from ruamel.yaml.comments import CommentedMap, CommentedSeq
-
     marks: dict[YamlPath, Mark] = {}
 
     def walk(node: Any, loc: YamlPath) -> Any:
@@ -201,10 +264,23 @@ def from_round_trip(doc: Any) -> Marked:
 
 
 def _scalar(node: Any) -> Any:
-    """ruamel.yaml's scalar subclasses (quoted strings, scalar floats) as plain values."""
+    """ruamel.yaml's scalar subclasses (quoted strings, scalar floats, anchored booleans,
+    timestamps) as the plain values ``read`` gives."""
     if isinstance(node, bool) or node is None:
         return node
+    if isinstance(node, ScalarBoolean):  # an anchored ``true``: an int subclass, not a bool
+        return bool(node)
+    if isinstance(node, datetime.datetime):  # ruamel's TimeStamp keeps how it was written
+        return datetime.datetime(
+            node.year, node.month, node.day, node.hour, node.minute, node.second, node.microsecond, node.tzinfo
+        )
+    if isinstance(node, TaggedScalar) and str(node.tag) in _TEXT_TAGS:
+        return str(node.value)
     for kind in (int, float, str):
         if isinstance(node, kind):
             return kind(node)
     return node
+
+
+# Tags ruamel.yaml resolves a plain scalar to and leaves unbuilt; ``read`` makes them text.
+_TEXT_TAGS = ("tag:yaml.org,2002:value", "tag:yaml.org,2002:merge")

@@ -26,18 +26,35 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.constructor import ConstructorError, RoundTripConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import ScalarNode
 
 from sr_control.config.errors import Problem
-from sr_control.config.marked import YamlSyntaxError
+from sr_control.config.marked import YamlSyntaxError, check_version, unbuildable
 from sr_control.config.model import CURRENT_VERSION
 
 MIGRATIONS_PACKAGE = "sr_control.migrations"
 _STEP_FILE = re.compile(r"^([0-9]{4}_[a-z0-9_]+)\.py$")
 
 
+class _Constructor(RoundTripConstructor):
+    """ruamel.yaml's round-trip constructor, with a scalar it cannot build (``0x_``,
+    ``2001-13-45``: ruamel raises a bare ValueError or IndexError) refused at its place, in
+    the words ``marked.read`` uses for it."""
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, LookupError) as exc:
+            if not isinstance(node, ScalarNode):
+                raise
+            raise ConstructorError(None, None, unbuildable(node.value, node.tag, exc), node.start_mark) from None
+
+
 def round_trip_yaml() -> YAML:
     yaml = YAML(typ="rt")
+    yaml.Constructor = _Constructor
     yaml.preserve_quotes = True
     yaml.width = 4096  # never re-wrap a user's long lines
     return yaml
@@ -45,6 +62,7 @@ def round_trip_yaml() -> YAML:
 
 def parse(text: str, file: str) -> Any:
     """The round-trip tree of ``text``; an empty file is an empty mapping."""
+    check_version(text, file)
     try:
         doc = round_trip_yaml().load(text)
     except MarkedYAMLError as exc:
