@@ -260,8 +260,7 @@ class SystemOne:
         # At most max_concurrency calls open to it, as Envoy's circuit breaker allows: the rest
         # wait their turn, within the deadline.
         with self.s.pool.calling(member):
-            async with self.s.pool.gate(member):
-                reply = await self._post(member, member.origin + member.path(DECISIONS), call.sent if body is None else body, headers, call)
+            reply = await self._gated_post(member, member.origin + member.path(DECISIONS), call.sent if body is None else body, headers, call)
         if isinstance(reply, ErrorInfo):
             return {}, reply
         names = [name for name, _ in items(sub)]
@@ -289,14 +288,12 @@ class SystemOne:
         plan = codec.plan(sub, target, Policy(deadline_ms=remaining_ms))
         key = upstream_key(member.api_key_env)
         auth = (("authorization", f"Bearer {key}"),) if key is not None else ()
-        gate = self.s.pool.gate(member)
         answered: dict[str, ItemResult] = {}
         failure: ErrorInfo | None = None
 
         async def one(wire: Any) -> None:
             nonlocal failure
-            async with gate:
-                reply = await self._post(member, member.origin + wire.path, wire.body, [*wire.headers, *auth, ("x-request-id", call.incoming.request_id)], call)
+            reply = await self._gated_post(member, member.origin + wire.path, wire.body, [*wire.headers, *auth, ("x-request-id", call.incoming.request_id)], call)
             if isinstance(reply, ErrorInfo):
                 if reply.code == "deadline_exceeded":
                     answered.update(codec.missed(plan, wire))
@@ -316,6 +313,21 @@ class SystemOne:
         with self.s.pool.calling(member):
             await asyncio.gather(*(one(w) for w in plan.calls))
         return answered, failure
+
+    async def _gated_post(self, member: Member, url: str, body: bytes, headers: list[tuple[str, str]], call: Call) -> Reply | ErrorInfo:
+        """``_post`` within the member's ``max_concurrency``: a call waits for its turn only while
+        the deadline allows, then the client gets its 504 in the listener's form."""
+        gate = self.s.pool.gate(member)
+        try:
+            async with asyncio.timeout(max(0.0, call.incoming.remaining_s(call.deadline_ms))):
+                await gate.acquire()
+        except TimeoutError:
+            why = f"{member.name} had no free call (max_concurrency {member.max_concurrency}) within the deadline of {call.deadline_ms} ms"
+            return ErrorInfo(504, "deadline_exceeded", why, "timeout", "deadline_exceeded")
+        try:
+            return await self._post(member, url, body, headers, call)
+        finally:
+            gate.release()
 
     async def _post(self, member: Member, url: str, body: bytes, headers: list[tuple[str, str]], call: Call) -> Reply | ErrorInfo:
         timeout = call.incoming.remaining_s(call.deadline_ms)

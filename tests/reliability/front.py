@@ -18,10 +18,10 @@ from tests.extproc.harness import SidecarProc, envoy_for
 from tests.reliability.parts import ASK, NOUL, STATE, PlaneProc, post
 
 
-def front_config(runtime: str, port: int, max_deadline_ms: int) -> str:
+def front_config(runtime: str, port: int, max_deadline_ms: int, max_concurrency: int = 8) -> str:
     return f"""version: 2
 deployments:
-  local: {{provider: systemone, endpoint: "{runtime}/v1/systemone", model: default, schema: vllm-sr/5.0}}
+  local: {{provider: systemone, endpoint: "{runtime}/v1/systemone", model: default, schema: vllm-sr/5.0, max_concurrency: {max_concurrency}}}
 pools:
   vllm-sr/auto: {{members: [local]}}
 listeners:
@@ -44,12 +44,12 @@ def batch(states: int, repeat: int = 1, **options: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def front(directory: Path, runtime: str, *, forwarding: str = "auto", max_deadline_ms: int = 3000) -> Iterator[int]:
+def front(directory: Path, runtime: str, *, forwarding: str = "auto", max_deadline_ms: int = 3000, max_concurrency: int = 8) -> Iterator[int]:
     """The listener's port, once it answers ASK; every part stopped afterwards."""
     directory.mkdir(parents=True, exist_ok=True)
     port, sidecar_port = free_port(), free_port()
     config = directory / "config.yaml"
-    config.write_text(front_config(runtime, port, max_deadline_ms))
+    config.write_text(front_config(runtime, port, max_deadline_ms, max_concurrency))
     plane = PlaneProc(directory, config, sidecar_port).start().wait()
     parts: list[Any] = [plane]
     try:

@@ -12,6 +12,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,16 @@ def test_a_client_that_goes_away_ends_its_batchs_work(default: Runtime) -> None:
     text = get_text(f"{default.url}/metrics")
     assert metric(text, "vsr_runtime_dropped_requests_total", why="client_closed") - before > 100
     assert metric(text, "vsr_runtime_queue_depth") == 0
+
+
+def test_a_request_waiting_for_a_free_call_to_the_member_ends_at_its_own_deadline(default: Runtime, tmp_path: Path) -> None:
+    """``max_concurrency: 1`` and a batch holding that one call: the next request waits its turn
+    in the sidecar only until its own deadline, then gets the JSON 504 saying why."""
+    with front(tmp_path, default.url, max_deadline_ms=3000, max_concurrency=1) as port, ThreadPoolExecutor(1) as pool:
+        big = pool.submit(post, port, batch(200, repeat=2), "/v1/systemone/batch")
+        wait_for(lambda: metric(get_text(f"{default.url}/metrics"), "vsr_runtime_queue_depth") == 1, timeout=30, what="the batch to run")
+        waited = post(port, {**ASK, "options": {"deadline_ms": 500}})
+        assert waited.status == 504 and waited.headers["content-type"] == "application/json"
+        error = json.loads(waited.body)
+        assert error["reason"] == "deadline_exceeded" and "no free call (max_concurrency 1)" in error["detail"]["message"], error
+        assert big.result(30).status == 504
