@@ -12,6 +12,7 @@ on its own so that one broken entry does not hide the others.
 
 from __future__ import annotations
 
+import datetime
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -215,7 +216,13 @@ def _describe(err: ErrorDetails) -> tuple[Loc, str, bool]:
     else:
         msg = msg.replace("Input should be", "must be").replace("Input should have", "must have")
     if "input" in err and kind not in ("missing", "value_error", "too_short", "too_long") and not isinstance(err["input"], (dict, list)):
-        msg += f" (got {err['input']!r})"
+        got = err["input"]
+        if isinstance(got, datetime.date):
+            # YAML reads an unquoted 2001-12-14 as a date: say so, and how to keep the text.
+            what = "timestamp" if isinstance(got, datetime.datetime) else "date"
+            msg += f" (got {got.isoformat()}, which YAML reads as a {what}; quote it to make it a string)"
+        else:
+            msg += f" (got {got!r})"
     return loc, msg, False
 
 

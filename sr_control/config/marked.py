@@ -202,21 +202,19 @@ def _build(loader: Any, node: Any, loc: YamlPath, marks: dict[YamlPath, Mark], f
         return items
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            if not isinstance(key_node, yaml.ScalarNode):  # ``? [a, b]``: not a name, and unhashable
-                raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a scalar", key_node.start_mark)
-            key = loader.construct_object(key_node, deep=True)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first given on line {seen[key] + 1})", key_node.start_mark
-                )
-            seen[key] = key_node.start_mark.line
-        loader.flatten_mapping(node)  # `<<` merge keys, as ruamel.yaml reads them
+        merges = any(key_node.tag == _MERGE for key_node, _ in node.value)
+        if merges:
+            # The mapping's own keys are checked for repeats, then ``<<`` merges others in
+            # under them, as ruamel.yaml reads them.
+            for key_node, _ in node.value:
+                if key_node.tag != _MERGE:
+                    _key(loader, key_node, seen)
+            loader.flatten_mapping(node)
         out: dict[Any, Any] = {}
+        # Key, value, next key: in the order written, so that the first problem reported is the
+        # first in the file, as ruamel.yaml finds it.
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
+            key = loader.construct_object(key_node, deep=True) if merges else _key(loader, key_node, seen)
             if not isinstance(key, (str, int, float, bool, datetime.date)) and key is not None:
                 raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a scalar", key_node.start_mark)
             here = loc + (key,)
@@ -224,6 +222,22 @@ def _build(loader: Any, node: Any, loc: YamlPath, marks: dict[YamlPath, Mark], f
             out[key] = _build(loader, value_node, here, marks, file)
         return out
     raise yaml.constructor.ConstructorError(None, None, f"unexpected YAML node {node.tag}", node.start_mark)
+
+
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+def _key(loader: Any, key_node: Any, seen: dict[Any, int]) -> Any:
+    """The key ``key_node`` holds; an error if it is a collection or was given before."""
+    if not isinstance(key_node, yaml.ScalarNode):  # ``? [a, b]``: not a name, and unhashable
+        raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a scalar", key_node.start_mark)
+    key = loader.construct_object(key_node, deep=True)
+    if key in seen:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"duplicate key {key!r} (first given on line {seen[key] + 1})", key_node.start_mark
+        )
+    seen[key] = key_node.start_mark.line
+    return key
 
 
 def from_round_trip(doc: Any) -> Marked:
