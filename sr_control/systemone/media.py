@@ -115,6 +115,11 @@ def inline_media(state: Any, states: Any, questions: Mapping[str, Question], ass
     return tuple(p for p in assets if not any(p in t for t in texts))
 
 
+# The multipart/form-data part that holds the JSON request; every other part is an asset that
+# one asset's ``part`` names (system-one-standard.md §1.3). The sidecar and the runtime read it.
+REQUEST_PART = "request"
+
+
 def part_problems(ir: Request | Batch, parts: Collection[str]) -> list[DetailItem]:
     """A multipart body's parts against its assets: each asset's ``part`` names an uploaded
     part, and each uploaded part is claimed by exactly one asset (seed 002). One 422 detail

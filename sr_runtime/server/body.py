@@ -19,10 +19,9 @@ from starlette.requests import Request as HttpRequest
 
 from sr_control.systemone import Batch, DetailItem, InvalidRequest, Request, RequestTooLarge, ValidationFailed
 from sr_control.systemone.errors import MAX_BODY_BYTES
-from sr_control.systemone.media import part_problems
+from sr_control.systemone.media import REQUEST_PART, part_problems
 from sr_runtime.server.errors import UnsupportedEncoding
 
-REQUEST_PART = "request"
 _CHUNK = 1 << 20
 
 
