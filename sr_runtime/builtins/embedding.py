@@ -22,6 +22,7 @@ import importlib.util
 import math
 import os
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -107,6 +108,7 @@ class EmbeddingEngine:
     """Cosine similarity between a state and each option, on a sentence-embedding encoder."""
 
     name = NAME
+    stops_between_passes = True  # answer_batch(stop=) gives up between the noul model's batches
 
     def __init__(
         self,
@@ -245,11 +247,12 @@ class EmbeddingEngine:
         p_true = 1 / (1 + math.exp(-z))
         return answer_from(question, [1 - p_true, p_true]), tokens
 
-    def answer_batch(self, requests: list[DecisionRequest]) -> list[Result]:
+    def answer_batch(self, requests: list[DecisionRequest], stop: Callable[[], bool] | None = None) -> list[Result]:
         """Each request as if alone, but the noul questions of all of them in one model call:
-        their rows share batches (nli.NliReader.p_true_many)."""
+        their rows share batches (nli.NliReader.p_true_many). `stop` is asked between those
+        batches; once it says nobody waits, Stopped (the scheduler's `stops_between_passes`)."""
         nouls = [self._entailment_plan(r) for r in requests]
-        noul_answers = self._entailment_run(requests, nouls)
+        noul_answers = self._entailment_run(requests, nouls, stop)
         return [self._request(r, answered) for r, answered in zip(requests, noul_answers)]
 
     def answer(self, request: DecisionRequest) -> Result:
@@ -293,10 +296,12 @@ class EmbeddingEngine:
                 plan.readings.clear()
         return plan
 
-    def _entailment_run(self, requests: list[DecisionRequest], plans: list[NoulPlan]) -> list[tuple[dict[int, Answer | QuestionError], int]]:
+    def _entailment_run(
+        self, requests: list[DecisionRequest], plans: list[NoulPlan], stop: Callable[[], bool] | None = None
+    ) -> list[tuple[dict[int, Answer | QuestionError], int]]:
         """Every plan's readings in one reader call; each request's noul answers and pieces read."""
         asked = [p for p in plans if p.readings]
-        results = iter(self.noul.p_true_many([(p.pieces, list(p.readings.values())) for p in asked]) if asked and self.noul else [])
+        results = iter(self.noul.p_true_many([(p.pieces, list(p.readings.values())) for p in asked], stop) if asked and self.noul else [])
         out = []
         for request, plan in zip(requests, plans):
             answers: dict[int, Answer | QuestionError] = dict(plan.errors)

@@ -36,7 +36,7 @@ Every row of every question of every request in a round goes to the model in one
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -166,8 +166,11 @@ class NliReader:
         ((out, tokens),) = self.p_true_many([(state_ids, questions)])
         return out, tokens
 
-    def p_true_many(self, requests: list[tuple[list[int], list[list[Reading]]]]) -> list[tuple[list[float], int]]:
-        """`p_true` for several states at once: their rows share the model's batches."""
+    def p_true_many(
+        self, requests: list[tuple[list[int], list[list[Reading]]]], stop: Callable[[], bool] | None = None
+    ) -> list[tuple[list[float], int]]:
+        """`p_true` for several states at once: their rows share the model's batches. `stop`:
+        asked between batches, Stopped once nobody waits (pair_model.PairModel.margins)."""
         rows: Rows = []
         plans = []
         for state_ids, questions in requests:
@@ -175,7 +178,7 @@ class NliReader:
             own, spans = self.rows(state_ids, [(r.statement, r.negation) for r in flat])
             plans.append((len(rows), own, spans, questions, flat))
             rows += own
-        margins = self.model.margins(rows)
+        margins = self.model.margins(rows, stop)
         out = []
         for start, own, spans, questions, flat in plans:
             ds = [float(difference(margins, start + s, n).max()) for s, n in spans]

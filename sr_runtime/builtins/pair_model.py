@@ -26,12 +26,13 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sr_runtime.builtins import float_graph
-from sr_runtime.errors import CheckpointError
+from sr_runtime.errors import CheckpointError, Stopped
 
 if TYPE_CHECKING:
     import onnx
@@ -161,14 +162,23 @@ class PairModel:
         order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]) + len(rows[i][1]))
         return [order[i : i + CHUNK_ROWS] for i in range(0, len(order), CHUNK_ROWS)]
 
-    def margins(self, rows: list[tuple[list[int], list[int]]]) -> np.ndarray:
+    def margins(self, rows: list[tuple[list[int], list[int]]], stop: Callable[[], bool] | None = None) -> np.ndarray:
+        """Each row's margin. `stop` is asked before each wave of chunks (as many as run side by
+        side); once it says so, Stopped: nobody waits for the rest."""
         out = np.zeros(len(rows), dtype=np.float32)
-        if not rows:
-            return out
-        chunks = self.chunks(rows)
-        for chunk, logits in zip(chunks, self.map_chunks(lambda c: self.run([rows[i] for i in c]), chunks)):
-            out[chunk] = entailment_margin(logits, self.entailment)
+        chunks = self.chunks(rows) if rows else []
+        wave = self.parallel()
+        for start in range(0, len(chunks), wave):
+            if stop is not None and stop():
+                raise Stopped
+            these = chunks[start : start + wave]
+            for chunk, logits in zip(these, self.map_chunks(lambda c: self.run([rows[i] for i in c]), these)):
+                out[chunk] = entailment_margin(logits, self.entailment)
         return out
+
+    def parallel(self) -> int:
+        """Chunks run side by side."""
+        return 1
 
     def map_chunks(self, work: Any, chunks: list[list[int]]) -> list[np.ndarray]:
         return [work(chunk) for chunk in chunks]

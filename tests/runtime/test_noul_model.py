@@ -231,3 +231,24 @@ def test_a_calibration_beside_a_brought_model_is_used(hf_folder: Path, tmp_path:
     (folder / pair_model.CALIBRATION).write_text("{}")
     with pytest.raises(CheckpointError, match="vllm-sr-noul.json"):
         nli.NliReader.load(folder)
+
+
+def test_a_long_noul_request_gives_up_between_batches_once_nobody_waits(default: EmbeddingEngine) -> None:
+    """The scheduler's stop= (nobody waits any longer): asked before each wave of batches, so a
+    request of 64 noul questions (256 inputs) stops after its first wave, not at its end."""
+    from sr_runtime.errors import Stopped
+    from sr_runtime.types import DecisionRequest
+
+    assert default.stops_between_passes
+    request = DecisionRequest(SEED_002_STATE, tuple(NoulQuestion(f"Is the message about topic number {i}?") for i in range(64)))
+    asked = []
+
+    def stop() -> bool:
+        asked.append(True)
+        return len(asked) > 1  # the first wave runs, then the client is gone
+
+    with pytest.raises(Stopped):
+        default.answer_batch([request], stop=stop)
+    assert len(asked) == 2
+    (whole,) = default.answer_batch([DecisionRequest(SEED_002_STATE, request.questions[:2])], stop=lambda: False)
+    assert len(whole.answers) == 2
