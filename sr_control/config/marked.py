@@ -149,6 +149,23 @@ def _text(loader: Any, node: Any) -> Any:
 _CoreLoader.add_constructor("tag:yaml.org,2002:value", _text)
 _CoreLoader.add_constructor("tag:yaml.org,2002:merge", _text)
 
+# Tags the two readers would build differently (ruamel.yaml keeps a ``!!set`` as a set and an
+# unknown ``!tag`` as a tagged value; PyYAML makes a dict and refuses): no config needs one.
+REFUSED_TAGS = ("tag:yaml.org,2002:set", "tag:yaml.org,2002:omap", "tag:yaml.org,2002:pairs", None)
+
+
+def refused_tag(tag: Any) -> str:
+    """Why a node's tag is refused; both readers say it in these words."""
+    return f"the tag {str(tag).replace('tag:yaml.org,2002:', '!!')} has no meaning in a config; remove it"
+
+
+def _refuse(loader: Any, node: Any) -> Any:
+    raise yaml.constructor.ConstructorError(None, None, refused_tag(node.tag), node.start_mark)
+
+
+for _refused in REFUSED_TAGS:
+    _CoreLoader.add_constructor(_refused, _refuse)
+
 
 def check_version(text: str, file: str) -> None:
     """Refuse a ``%YAML`` directive other than 1.2. Under ``%YAML 1.1`` ruamel.yaml reads
@@ -168,7 +185,7 @@ def check_version(text: str, file: str) -> None:
 
 
 def read(text: str, file: str) -> Marked:
-    """Parse ``text``; an empty file is an empty mapping. Raises YamlSyntaxError."""
+    """Parse ``text``; an empty file (or one null) is an empty mapping. Raises YamlSyntaxError."""
     check_version(text, file)
     loader = _CoreLoader(text)
     try:
@@ -177,6 +194,8 @@ def read(text: str, file: str) -> Marked:
             return Marked({}, {(): (0, 0, 0, 0)})
         marked = Marked(None)
         marked.data = _build(loader, root, (), marked.marks, file)
+        if marked.data is None:  # a file of only ``~`` or ``null``: empty, as ruamel.yaml reads it
+            marked.data = {}
         marked.marks[()] = (root.start_mark.line, root.start_mark.column) * 2
         return marked
     except yaml.MarkedYAMLError as exc:
@@ -194,6 +213,8 @@ def _build(loader: Any, node: Any, loc: YamlPath, marks: dict[YamlPath, Mark], f
     if isinstance(node, yaml.ScalarNode):
         return loader.construct_object(node, deep=True)
     if isinstance(node, yaml.SequenceNode):
+        if node.tag != _SEQ:  # ``!!omap``, ``!!pairs``, ``!custom``: see REFUSED_TAGS
+            _refuse(loader, node)
         items = []
         for i, child in enumerate(node.value):
             here = loc + (i,)
@@ -201,19 +222,17 @@ def _build(loader: Any, node: Any, loc: YamlPath, marks: dict[YamlPath, Mark], f
             items.append(_build(loader, child, here, marks, file))
         return items
     if isinstance(node, yaml.MappingNode):
+        if node.tag != _MAP:
+            _refuse(loader, node)
         seen: dict[Any, int] = {}
-        merges = any(key_node.tag == _MERGE for key_node, _ in node.value)
+        pairs = node.value
+        merges = any(key_node.tag == _MERGE for key_node, _ in pairs)
         if merges:
-            # The mapping's own keys are checked for repeats, then ``<<`` merges others in
-            # under them, as ruamel.yaml reads them.
-            for key_node, _ in node.value:
-                if key_node.tag != _MERGE:
-                    _key(loader, key_node, seen)
-            loader.flatten_mapping(node)
+            pairs = _merged(loader, node, seen)
         out: dict[Any, Any] = {}
         # Key, value, next key: in the order written, so that the first problem reported is the
         # first in the file, as ruamel.yaml finds it.
-        for key_node, value_node in node.value:
+        for key_node, value_node in pairs:
             key = loader.construct_object(key_node, deep=True) if merges else _key(loader, key_node, seen)
             if not isinstance(key, (str, int, float, bool, datetime.date)) and key is not None:
                 raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a scalar", key_node.start_mark)
@@ -224,7 +243,22 @@ def _build(loader: Any, node: Any, loc: YamlPath, marks: dict[YamlPath, Mark], f
     raise yaml.constructor.ConstructorError(None, None, f"unexpected YAML node {node.tag}", node.start_mark)
 
 
-_MERGE = "tag:yaml.org,2002:merge"
+_MERGE, _MAP, _SEQ = "tag:yaml.org,2002:merge", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+
+
+def _merged(loader: Any, node: Any, seen: dict[Any, int]) -> list[tuple[Any, Any]]:
+    """The (key, value) nodes of a mapping with ``<<`` merge keys, as ruamel.yaml orders them:
+    its own keys as written (checked for repeats), then the keys merged in that it lacks."""
+    own = [(key_node, value_node) for key_node, value_node in node.value if key_node.tag != _MERGE]
+    loader.flatten_mapping(node)  # the merged pairs, then its own; a later pair wins
+    for key_node, _ in own:  # after the merge, whose problems ruamel.yaml meets first
+        _key(loader, key_node, seen)
+    merged: dict[Any, tuple[Any, Any]] = {}
+    for key_node, value_node in node.value[: len(node.value) - len(own)]:
+        key = loader.construct_object(key_node, deep=True)
+        if key not in seen:
+            merged[key] = (key_node, value_node)
+    return own + list(merged.values())
 
 
 def _key(loader: Any, key_node: Any, seen: dict[Any, int]) -> Any:
@@ -296,5 +330,6 @@ def _scalar(node: Any) -> Any:
     return node
 
 
-# Tags ruamel.yaml resolves a plain scalar to and leaves unbuilt; ``read`` makes them text.
-_TEXT_TAGS = ("tag:yaml.org,2002:value", "tag:yaml.org,2002:merge")
+# Tags ruamel.yaml leaves on a scalar it keeps as written (a plain ``=`` or ``<<``, an explicit
+# ``!!str``); ``read`` makes them text.
+_TEXT_TAGS = ("tag:yaml.org,2002:value", "tag:yaml.org,2002:merge", "tag:yaml.org,2002:str")

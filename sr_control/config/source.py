@@ -25,13 +25,13 @@ from types import ModuleType
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.comments import CommentedMap, TaggedScalar
 from ruamel.yaml.constructor import ConstructorError, RoundTripConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import ScalarNode
 
 from sr_control.config.errors import Problem
-from sr_control.config.marked import YamlSyntaxError, check_version, unbuildable
+from sr_control.config.marked import REFUSED_TAGS, YamlSyntaxError, check_version, refused_tag, unbuildable
 from sr_control.config.model import CURRENT_VERSION
 
 MIGRATIONS_PACKAGE = "sr_control.migrations"
@@ -39,17 +39,50 @@ _STEP_FILE = re.compile(r"^([0-9]{4}_[a-z0-9_]+)\.py$")
 
 
 class _Constructor(RoundTripConstructor):
-    """ruamel.yaml's round-trip constructor, with a scalar it cannot build (``0x_``,
-    ``2001-13-45``: ruamel raises a bare ValueError or IndexError) refused at its place, in
-    the words ``marked.read`` uses for it."""
+    """ruamel.yaml's round-trip constructor, refusing what ``marked.read`` refuses, at its
+    place and in its words: a scalar it cannot build (``0x_``, ``2001-13-45``: ruamel raises a
+    bare ValueError or IndexError) and the tags no config needs (``!!set``, ``!custom``, a
+    collection tagged ``!!str``)."""
 
     def construct_object(self, node: Any, deep: bool = False) -> Any:
+        if not isinstance(node, ScalarNode) and str(node.tag) not in _COLLECTIONS:
+            # Refused before ruamel builds it: its builder for an unknown tag is a generator
+            # that raises again when it is dropped unfinished (an "unraisable" error).
+            raise ConstructorError(None, None, refused_tag(node.tag), node.start_mark)
         try:
             return super().construct_object(node, deep=deep)
-        except (ValueError, LookupError) as exc:
-            if not isinstance(node, ScalarNode):
+        except (ValueError, LookupError, ConstructorError) as exc:
+            if not isinstance(node, ScalarNode) or str(node.tag) not in _BUILT:
                 raise
             raise ConstructorError(None, None, unbuildable(node.value, node.tag, exc), node.start_mark) from None
+
+    def construct_yaml_str(self, node: Any) -> Any:
+        if node.ctag.handle:  # an explicit ``!!str``: ruamel would build it with that generator
+            return _tagged(node)
+        return super().construct_yaml_str(node)
+
+    def refuse_tag(self, node: Any) -> Any:
+        if isinstance(node, ScalarNode) and str(node.tag) in _TEXT_TAGS:
+            # A plain ``=`` or ``<<`` value, kept as ruamel keeps it (built here, not by its
+            # generator: see above).
+            return _tagged(node)
+        raise ConstructorError(None, None, refused_tag(node.tag), node.start_mark)
+
+
+def _tagged(node: Any) -> TaggedScalar:
+    """A scalar kept with its tag as written, as ruamel's ``construct_unknown`` keeps it."""
+    scalar = TaggedScalar(node.value, node.style)
+    scalar.yaml_set_ctag(node.ctag)
+    return scalar
+
+
+# The scalars ruamel builds from text, whose errors are the text's; and plain ``=`` and ``<<``.
+_BUILT = tuple(f"tag:yaml.org,2002:{kind}" for kind in ("int", "float", "bool", "timestamp"))
+_TEXT_TAGS = ("tag:yaml.org,2002:value", "tag:yaml.org,2002:merge")
+_COLLECTIONS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+for _refused in REFUSED_TAGS:
+    _Constructor.add_constructor(_refused, _Constructor.refuse_tag)
+_Constructor.add_constructor("tag:yaml.org,2002:str", _Constructor.construct_yaml_str)
 
 
 def round_trip_yaml() -> YAML:
