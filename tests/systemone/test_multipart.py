@@ -125,7 +125,7 @@ def bodies(draw: st.DrawFn) -> tuple[bytes, str, list[Part]]:
         if draw(st.booleans()):
             headers.reverse()
         chunks.append(f"--{boundary}\r\n".encode() + "\r\n".join(headers).encode() + b"\r\n\r\n" + part.content + b"\r\n")
-    body = b"".join(chunks) + f"--{boundary}--\r\n".encode()
+    body = b"".join(chunks) + f"--{boundary}--\r\n".encode() + draw(st.sampled_from([b"", b"\r\n", b"an epilogue\r\n"]))
     quoted = draw(st.booleans()) or any(c in boundary for c in "'()+,/:=? ")
     content_type = f'multipart/form-data; boundary="{boundary}"' if quoted else f"multipart/form-data; boundary={boundary}"
     return body, content_type, parts
@@ -189,6 +189,16 @@ WHOLE = (
             id="a part without a name: the sidecar 422, the runtime 400",
         ),
         pytest.param(b"", ("refused", 400, "invalid_request"), id="an empty body: the sidecar 400, the runtime 422"),
+        pytest.param(
+            b"a preamble\r\n" + WHOLE,
+            ("read", b'{"a": 1}', {"asset-0": b"\x89PNG\r\n\x1a\nDATA"}),
+            id="a preamble before the first boundary (RFC 2046 allows one): the sidecar reads it, the runtime 400",
+        ),
+        pytest.param(
+            WHOLE.replace(b"\r\n", b"\n"),
+            ("refused", 400, "invalid_request"),
+            id="LF line ends, not CRLF: the sidecar reads them, the runtime 400",
+        ),
         pytest.param(
             WHOLE[: -len(b"--b0--\r\n")],
             ("refused", 400, "invalid_request"),
