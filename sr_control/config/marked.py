@@ -116,8 +116,6 @@ def _by_ruamel(build: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
     error at the scalar's place."""
 
     def construct(loader: Any, node: Any) -> Any:
-        if not isinstance(node, yaml.ScalarNode):
-            raise yaml.constructor.ConstructorError(None, None, f"{node.tag} must be a scalar, not a {node.id}", node.start_mark)
         try:
             return build(node)
         except (ValueError, LookupError, RuamelYAMLError) as exc:
@@ -131,7 +129,7 @@ _ruamel_int = _by_ruamel(_RUAMEL.construct_yaml_int)
 
 def _int(loader: Any, node: Any) -> Any:
     text = node.value
-    if isinstance(text, str) and text.isdigit():  # most ints in a config: no sign, base or `_`
+    if text.isdigit():  # most ints in a config: no sign, base or `_`
         return int(text)
     return _ruamel_int(loader, node)
 
@@ -140,12 +138,14 @@ _CoreLoader.add_constructor("tag:yaml.org,2002:int", _int)
 _CoreLoader.add_constructor("tag:yaml.org,2002:float", _by_ruamel(_RUAMEL.construct_yaml_float))
 _CoreLoader.add_constructor("tag:yaml.org,2002:bool", _by_ruamel(_RUAMEL.construct_yaml_bool))
 _CoreLoader.add_constructor("tag:yaml.org,2002:timestamp", _by_ruamel(_RUAMEL.construct_yaml_timestamp))
-# A plain ``=`` or ``<<`` where a value goes is text: ruamel resolves them to tags it keeps
-# unbuilt (``from_round_trip`` reads those as their text too); ``<<`` as a key still merges.
+
+
 def _text(loader: Any, node: Any) -> Any:
     return loader.construct_scalar(node)
 
 
+# A plain ``=`` or ``<<`` where a value goes is text: ruamel resolves them to tags it keeps
+# unbuilt (``from_round_trip`` reads those as their text too); ``<<`` as a key still merges.
 _CoreLoader.add_constructor("tag:yaml.org,2002:value", _text)
 _CoreLoader.add_constructor("tag:yaml.org,2002:merge", _text)
 
