@@ -153,11 +153,13 @@ def test_ctrl_c_with_a_long_request_in_flight_then_a_restart_at_once_keeps_the_e
 
 
 def test_make_serve_passes_config_and_args_to_vllm_sr_serve() -> None:
-    # `make -n` prints what `make serve` would run, running nothing.
-    run = subprocess.run(["make", "-n", "serve", "CONFIG=my.yaml", "ARGS=--reset-config"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    # `make -n` prints what `make serve` would run, running nothing. Under `make test` the parent
+    # make's variables would make this one a sub-make that prints "Entering directory" lines.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    run = subprocess.run(["make", "-n", "serve", "CONFIG=my.yaml", "ARGS=--reset-config"], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().splitlines()[-1] == ".venv/bin/vllm-sr serve --config my.yaml --reset-config"
-    plain = subprocess.run(["make", "-n", "serve"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    plain = subprocess.run(["make", "-n", "serve"], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert plain.stdout.strip().splitlines()[-1].split() == [".venv/bin/vllm-sr", "serve"]
 
 
