@@ -132,7 +132,13 @@ async def _answered(request: HttpRequest, scheduler: Scheduler, plan: EnginePlan
         done, _ = await asyncio.wait((answer, gone), timeout=None if deadline is None else max(0.0, deadline - time.monotonic()), return_when=asyncio.FIRST_COMPLETED)
         if answer in done:
             why = ""
-            return answer.result()
+            try:
+                return answer.result()
+            except DeadlineExceeded:
+                # The scheduler ended the job at its deadline before this timer fired (between
+                # slices, or at the engine's next pass): the client is told whose deadline it was
+                # all the same.
+                raise DeadlineExceeded(f"{_deadline_source(deadline_ms, request)} passed before the model answered", reason="deadline_exceeded") from None
         if gone in done:
             raise ClientDisconnect()
         why = "deadline"
