@@ -66,11 +66,24 @@ def decode(data: bytes, encoding: str, limit: int = MAX_BODY_BYTES) -> bytes:
     return bytes(out)
 
 
+class _PartsAsSent(MultiPartParser):
+    """Starlette's parser, keeping a part without a filename as the bytes sent. Its own decodes
+    such a part as text, falling back to latin-1 for bytes that are not UTF-8, and no re-encoding
+    can tell which it used: an asset sent without a filename came back as other bytes."""
+
+    def on_part_end(self) -> None:
+        if self._current_part.file is None:
+            # bytes where starlette's FormData holds str: read back by _multipart alone
+            self.items.append((self._current_part.field_name, bytes(self._current_part.data)))  # type: ignore[arg-type]
+        else:
+            super().on_part_end()
+
+
 async def _multipart(data: bytes, headers: Headers) -> Body:
     async def stream() -> AsyncGenerator[bytes, None]:  # what MultiPartParser takes
         yield data
 
-    parser = MultiPartParser(headers, stream(), max_files=1000, max_fields=1000, max_part_size=MAX_BODY_BYTES)
+    parser = _PartsAsSent(headers, stream(), max_files=1000, max_fields=1000, max_part_size=MAX_BODY_BYTES)
     try:
         form = await parser.parse()
     except MultiPartException as exc:
@@ -80,7 +93,7 @@ async def _multipart(data: bytes, headers: Headers) -> Body:
         for name, value in form.multi_items():
             if name in parts:
                 raise ValidationFailed([DetailItem(("body", name), f"the multipart body has two parts named {name!r}", "value_error")])
-            parts[name] = await value.read() if isinstance(value, UploadFile) else value.encode("utf-8")
+            parts[name] = await value.read() if isinstance(value, UploadFile) else bytes(value)  # type: ignore[arg-type]  # _PartsAsSent's bytes
     finally:
         await form.close()
     request = parts.pop(REQUEST_PART, None)
