@@ -17,7 +17,7 @@ and each reply below was produced and mapped (tests/e2e/test_local_replies.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 from sr_control.compiler.limits import BODY_LIMIT
@@ -30,34 +30,23 @@ from sr_control.systemone.listener import LISTENERS
 HEADERS_LIMIT = 60 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class EnvoyReply:
-    status: int
-    code: str
-    error_type: str
-    message: str
-    reason: str | None = None
-    limit: int | None = None
-    retry_after: float | None = None
-
-
 # Every status Envoy answers with itself, and what the client is told. ``message`` is what
 # happened as the client can act on it; Envoy's access log line (``details``) says exactly why.
-ENVOY_REPLIES: tuple[EnvoyReply, ...] = (
-    EnvoyReply(400, "invalid_request", "api_usage_error", "the request is not valid HTTP (Envoy could not read it)", reason="malformed_http"),
-    EnvoyReply(404, "not_found", "not_found", "no route of this listener serves this request"),
-    EnvoyReply(405, "method_not_allowed", "api_usage_error", "this path does not take this method"),
-    EnvoyReply(408, "deadline_exceeded", "timeout", "the request was not received in time (the client sent it too slowly)", reason="request_timeout"),
-    EnvoyReply(413, "request_too_large", "api_usage_error", f"the request body is over the {BODY_LIMIT // (1024 * 1024)} MiB limit", limit=BODY_LIMIT),
-    EnvoyReply(431, "request_too_large", "api_usage_error", f"the request headers are over the {HEADERS_LIMIT // 1024} KiB limit", reason="headers_too_large", limit=HEADERS_LIMIT),
-    EnvoyReply(500, "internal_error", "unknown", "the listener could not process the request (its ext_proc sidecar failed or cannot be reached)"),
-    EnvoyReply(502, "upstream_error", "unknown", "the member's answer could not be read"),
-    EnvoyReply(503, "unavailable", "overloaded_error", "no member can take the request now (none is up, or a connection to it failed)", retry_after=1.0),
-    EnvoyReply(504, "deadline_exceeded", "timeout", "no answer came within the time the listener allows"),
+ENVOY_REPLIES: tuple[ErrorInfo, ...] = (
+    ErrorInfo(400, "invalid_request", "the request is not valid HTTP (Envoy could not read it)", "api_usage_error", reason="malformed_http"),
+    ErrorInfo(404, "not_found", "no route of this listener serves this request", "not_found"),
+    ErrorInfo(405, "method_not_allowed", "this path does not take this method", "api_usage_error"),
+    ErrorInfo(408, "deadline_exceeded", "the request was not received in time (the client sent it too slowly)", "timeout", reason="request_timeout"),
+    ErrorInfo(413, "request_too_large", f"the request body is over the {BODY_LIMIT // (1024 * 1024)} MiB limit", "api_usage_error", limit=BODY_LIMIT),
+    ErrorInfo(431, "request_too_large", f"the request headers are over the {HEADERS_LIMIT // 1024} KiB limit", "api_usage_error", reason="headers_too_large", limit=HEADERS_LIMIT),
+    ErrorInfo(500, "internal_error", "the listener could not process the request (its ext_proc sidecar failed or cannot be reached)", "unknown"),
+    ErrorInfo(502, "upstream_error", "the member's answer could not be read", "unknown"),
+    ErrorInfo(503, "unavailable", "no member can take the request now (none is up, or a connection to it failed)", "overloaded_error", retry_after=1.0),
+    ErrorInfo(504, "deadline_exceeded", "no answer came within the time the listener allows", "timeout"),
 )
 # Any other status Envoy answers with itself (none is known to reach a client; kept so no reply
 # is ever left in Envoy's text form).
-OTHER = EnvoyReply(0, "proxy_error", "unknown", "the listener could not pass the request on")
+OTHER = ErrorInfo(0, "proxy_error", "the listener could not pass the request on", "unknown")
 STATUSES = frozenset(r.status for r in ENVOY_REPLIES)
 
 # Envoy's own reply: an error status, and no content-type set by a route or the sidecar.
@@ -70,18 +59,15 @@ def local_reply_config(offer: ListenerOffer) -> dict[str, Any]:
     return {"mappers": mappers}
 
 
-def error_answer(offer: ListenerOffer, reply: EnvoyReply, status: int | None = None) -> tuple[int, tuple[tuple[str, str], ...], bytes]:
+def error_answer(offer: ListenerOffer, reply: ErrorInfo) -> tuple[int, tuple[tuple[str, str], ...], bytes]:
     """The status, headers and body the listener's clients get for ``reply``, as the sidecar
     writes errors for the listener's schema (a listener without System One: as vllm-sr/5.0)."""
-    codec = LISTENERS[offer.systemone_schema or "vllm-sr/5.0"]
-    status = status or reply.status
-    info = ErrorInfo(status, reply.code, reply.message, reply.error_type, reason=reply.reason, limit=reply.limit, retry_after=reply.retry_after)
-    http = codec.answer_error(info)
+    http = LISTENERS[offer.systemone_schema or "vllm-sr/5.0"].answer_error(reply)
     return http.status, http.headers, http.body
 
 
-def _mapper(offer: ListenerOffer, reply: EnvoyReply, expression: str) -> dict[str, Any]:
-    _, headers, body = error_answer(offer, reply, reply.status or 500)
+def _mapper(offer: ListenerOffer, reply: ErrorInfo, expression: str) -> dict[str, Any]:
+    _, headers, body = error_answer(offer, reply if reply.status else replace(reply, status=500))
     return fill(
         "listener/local_reply_mapper",
         expression=expression,
@@ -90,4 +76,4 @@ def _mapper(offer: ListenerOffer, reply: EnvoyReply, expression: str) -> dict[st
     )
 
 
-__all__ = ["ENVOY_REPLIES", "HEADERS_LIMIT", "OTHER", "STATUSES", "EnvoyReply", "error_answer", "local_reply_config"]
+__all__ = ["ENVOY_REPLIES", "HEADERS_LIMIT", "OTHER", "STATUSES", "error_answer", "local_reply_config"]

@@ -23,11 +23,12 @@ from typing import Any
 from sr_control.apis import REGISTRY, Api
 from sr_control.compiler import names
 from sr_control.compiler.clusters import upstream
-from sr_control.compiler.local_replies import EnvoyReply, error_answer
+from sr_control.compiler.local_replies import error_answer
 from sr_control.compiler.limits import BUFFER_LIMIT, DEADLINE_MARGIN_MS, LISTING_TIMEOUT_MS, LLM_TIMEOUT_MS, duration
 from sr_control.compiler.offer import ListenerOffer, Offer
 from sr_control.compiler.templates import fill
 from sr_control.config.model import ProviderModel, RouterConfig
+from sr_control.systemone.errors import ErrorInfo
 
 MODELS_PATH = "/v1/models"
 SYSTEMONE_MODELS_PATH = "/v1/systemone/models"
@@ -173,7 +174,7 @@ def error_body(offer: ListenerOffer, status: int, message: str) -> str:
     """The listener schema's error body, as the sidecar writes it (``code`` and, on a 4.0
     listener, 4.0's ``error`` object included)."""
     code = {404: "not_found", 405: "method_not_allowed"}[status]
-    return error_answer(offer, EnvoyReply(status, code, code, message))[2].decode()
+    return error_answer(offer, ErrorInfo(status, code, message, code))[2].decode()
 
 
 def _not_offered(api: Api, offer: ListenerOffer) -> str:

@@ -251,18 +251,24 @@ class EmbeddingEngine:
         """Each request as if alone, but the noul questions of all of them in one model call:
         their rows share batches (nli.NliReader.p_true_many). `stop` is asked between those
         batches; once it says nobody waits, Stopped (the scheduler's `stops_between_passes`)."""
-        nouls = [self._entailment_plan(r) for r in requests]
+        refused = [self._too_long(r) for r in requests]
+        nouls = [NoulPlan() if no is not None else self._entailment_plan(r) for r, no in zip(requests, refused)]
         noul_answers = self._entailment_run(requests, nouls, stop)
-        return [self._request(r, answered) for r, answered in zip(requests, noul_answers)]
+        return [no or self._request(r, answered) for r, no, answered in zip(requests, refused, noul_answers)]
 
     def answer(self, request: DecisionRequest) -> Result:
         return self.answer_batch([request])[0]
 
+    def _too_long(self, request: DecisionRequest) -> Result | None:
+        """The answer to a request whose state is past max_length: every question refused."""
+        text = state_text(request)
+        if text in self._cache or len(pieces := self._pieces(text)) <= self.max_length:
+            return None
+        error = QuestionError.of(MaxLengthExceeded(len(pieces), self.max_length))
+        return Result(tuple(error for _ in request.questions), Usage())
+
     def _request(self, request: DecisionRequest, nouls: tuple[dict[int, Answer | QuestionError], int]) -> Result:
         text = state_text(request)
-        if text not in self._cache and len(self._pieces(text)) > self.max_length:
-            error = QuestionError.of(MaxLengthExceeded(len(self._pieces(text)), self.max_length))
-            return Result(tuple(error for _ in request.questions), Usage())
         answers, used = dict(nouls[0]), nouls[1]
         rest = [i for i in range(len(request.questions)) if i not in answers]
         if rest:  # the state's embedding only when a question reads it

@@ -150,21 +150,12 @@ class NliReader:
             rows += [(w, first) for w in windows] + [(w, second) for w in windows]
         return rows, spans
 
-    def window_differences(self, state_ids: list[int], pairs: list[tuple[str, str]]) -> tuple[list[np.ndarray], int]:
-        """Each pair's d in each window of the state (its pieces), and the pieces read."""
+    def differences(self, state_ids: list[int], pairs: list[tuple[str, str]]) -> tuple[list[float], int]:
+        """Each pair's d over the whole state (its pieces), that of the window most in favour of
+        the statement, and the pieces read."""
         rows, spans = self.rows(state_ids, pairs)
         margins = self.model.margins(rows)
-        return [difference(margins, s, n) for s, n in spans], _tokens(self.model, rows)
-
-    def differences(self, state_ids: list[int], pairs: list[tuple[str, str]]) -> tuple[list[float], int]:
-        """Each pair's d over the whole state: that of the window most in favour of the statement."""
-        per_window, tokens = self.window_differences(state_ids, pairs)
-        return [float(d.max()) for d in per_window], tokens
-
-    def p_true(self, state_ids: list[int], questions: list[list[Reading]]) -> tuple[list[float], int]:
-        """P(true) for each question: its readings' log-odds averaged."""
-        ((out, tokens),) = self.p_true_many([(state_ids, questions)])
-        return out, tokens
+        return [float(difference(margins, s, n).max()) for s, n in spans], _tokens(self.model, rows)
 
     def p_true_many(
         self, requests: list[tuple[list[int], list[list[Reading]]]], stop: Callable[[], bool] | None = None

@@ -159,8 +159,10 @@ class PairModel:
         return longest
 
     def chunks(self, rows: list[tuple[list[int], list[int]]]) -> list[list[int]]:
+        """Sorted by length, in as many chunks as run side by side, of at most CHUNK_ROWS rows."""
         order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]) + len(rows[i][1]))
-        return [order[i : i + CHUNK_ROWS] for i in range(0, len(order), CHUNK_ROWS)]
+        size = min(CHUNK_ROWS, -(-len(order) // self.parallel()))
+        return [order[i : i + size] for i in range(0, len(order), size)]
 
     def margins(self, rows: list[tuple[list[int], list[int]]], stop: Callable[[], bool] | None = None) -> np.ndarray:
         """Each row's margin. `stop` is asked before each wave of chunks (as many as run side by
@@ -217,12 +219,6 @@ class OnnxPairModel(PairModel):
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         (logits,) = self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})[:1]
         return np.asarray(logits)
-
-    def chunks(self, rows: list[tuple[list[int], list[int]]]) -> list[list[int]]:
-        """Sorted by length, in as many chunks as run side by side, of at most CHUNK_ROWS rows."""
-        order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]) + len(rows[i][1]))
-        size = min(CHUNK_ROWS, -(-len(order) // self.parallel()))
-        return [order[i : i + size] for i in range(0, len(order), size)]
 
     def parallel(self) -> int:
         return self.threads or _torch_threads()

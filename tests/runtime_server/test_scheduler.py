@@ -168,13 +168,13 @@ def test_a_batch_whose_deadline_passes_stops_between_slices(checkpoint: Path) ->
     assert scheduler.depth == 0
 
 
-def test_an_abandoned_batch_frees_the_engine_for_the_next_request(checkpoint: Path) -> None:
-    held = HeldEngine(Engine.load(checkpoint))
+def abandoned_in_the_engine(held: HeldEngine, requests: list[DecisionRequest]) -> tuple[Any, list[tuple[str, int]]]:
+    """`requests` submitted; while the engine holds them their client goes away, and one more
+    request comes, which is answered. The abandoned job, and what the scheduler counted dropped."""
     dropped: list[tuple[str, int]] = []
     scheduler = Scheduler(held, max_batch_tokens=16_384, max_queue=16, on_dropped=lambda why, n: dropped.append((why, n)))
     try:
-        batch = batch_of(30)
-        job = scheduler.submit(batch)
+        job = scheduler.submit(requests)
         assert held.entered.wait(30)
         scheduler.abandon(job, "client_closed")
         after = scheduler.submit(batch_of(1))
@@ -183,6 +183,13 @@ def test_an_abandoned_batch_frees_the_engine_for_the_next_request(checkpoint: Pa
     finally:
         held.release.set()
         scheduler.close()
+    return job, dropped
+
+
+def test_an_abandoned_batch_frees_the_engine_for_the_next_request(checkpoint: Path) -> None:
+    held = HeldEngine(Engine.load(checkpoint))
+    batch = batch_of(30)
+    job, dropped = abandoned_in_the_engine(held, batch)
     assert held.rounds == [batch[:1], batch_of(1)]
     assert dropped == [("client_closed", 29)]
     assert not job.done()  # nobody waits for it: it is never answered
@@ -241,18 +248,7 @@ class HeldCall(HeldEngine):
 
 def test_a_long_request_abandoned_in_the_engine_stops_there_and_frees_it(checkpoint: Path) -> None:
     held = HeldCall(Engine.load(checkpoint, state_cache_bytes=0, token_budget=256))
-    dropped: list[tuple[str, int]] = []
-    scheduler = Scheduler(held, max_batch_tokens=16_384, max_queue=16, on_dropped=lambda why, n: dropped.append((why, n)))
-    try:
-        long = scheduler.submit([DecisionRequest(STATES[0], QUESTIONS * 12)])
-        assert held.entered.wait(30)
-        scheduler.abandon(long, "client_closed")
-        after = scheduler.submit(batch_of(1))
-        held.release.set()
-        assert len(after.result(30).results) == 1
-    finally:
-        held.release.set()
-        scheduler.close()
+    _, dropped = abandoned_in_the_engine(held, [DecisionRequest(STATES[0], QUESTIONS * 12)])
     assert dropped == [("client_closed", 1)]  # the request in the engine, given up at its first pass
     assert held.calls == [1, 1]
 

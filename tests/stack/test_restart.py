@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from sr_control.stack import STOP_GRACE, Ports, Stack, StackError, StackOptions, _free, default_config
-from tests.conftest import BIN, ROOT
-from tests.stack.test_serve_stack import SEED_002_CURL, _free_offset, _get
+from tests.conftest import ROOT
+from tests.stack.test_serve_stack import SEED_002_CURL, _free_offset, _get, start_stack
 
 
 def _time_wait_port() -> int:
@@ -99,17 +99,10 @@ def test_ctrl_c_with_a_long_request_in_flight_then_a_restart_at_once_keeps_the_e
     ports = Ports().shifted(offset)
     state = tmp_path / "state"
     drain_s = 1.0
-    argv = [str(BIN / "vllm-sr"), "serve", "--port-offset", str(offset), "--state-dir", str(state), "--drain-s", str(drain_s)]
+    args = ["--port-offset", str(offset), "--state-dir", str(state), "--drain-s", str(drain_s)]
 
     def start(log: Path) -> subprocess.Popen[bytes]:
-        with log.open("w") as out:
-            stack = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 240
-        while "Ctrl-C stops everything" not in log.read_text():
-            assert stack.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "the stack did not come up"
-            time.sleep(0.2)
-        return stack
+        return start_stack(args, log, timeout_s=240)
 
     stack = start(tmp_path / "first.txt")
     try:

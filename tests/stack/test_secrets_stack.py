@@ -11,15 +11,13 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from sr_control.stack import admin_get
-from tests.conftest import BIN
 from tests.e2e.upstreams import Upstream
-from tests.stack.test_serve_stack import SEED_002_CURL, _free_offset, _get, child_environ
+from tests.stack.test_serve_stack import SEED_002_CURL, _free_offset, _get, child_environ, start_stack
 from sr_control.stack import Ports
 
 LISTENER_KEY = "listener-key-for-the-stack-9f3"
@@ -71,18 +69,9 @@ def test_serve_keeps_every_key_out_of_its_files_and_every_door_shut_to_others(tm
     config = tmp_path / "config.yaml"
     config.write_text(_config(ports, provider.url))
     state = tmp_path / "state"
-    out = (tmp_path / "out.txt").open("w")
     env = {**os.environ, "VSR_T_PROVIDER_KEY": PROVIDER_KEY, "VSR_T_LISTENER_KEYS": f"{LISTENER_KEY}, another-listener-key-5e1"}
-    stack = subprocess.Popen(
-        [str(BIN / "vllm-sr"), "serve", "--config", str(config), "--port-offset", str(offset), "--state-dir", str(state)],
-        stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env,
-    )
+    stack = start_stack(["--config", str(config), "--port-offset", str(offset), "--state-dir", str(state)], tmp_path / "out.txt", env)
     try:
-        deadline = time.monotonic() + 180
-        while "Ctrl-C stops everything" not in (tmp_path / "out.txt").read_text():
-            assert stack.poll() is None, (tmp_path / "out.txt").read_text()
-            assert time.monotonic() < deadline, "the stack did not come up"
-            time.sleep(0.2)
         summary = (tmp_path / "out.txt").read_text()
         sockets = {m.group(1): Path(m.group(2)) for m in re.finditer(r"^(ext_proc sidecar|envoy admin) +unix:(\S+)", summary, re.M)}
         admin, sidecar = sockets["envoy admin"], sockets["ext_proc sidecar"]
@@ -133,7 +122,6 @@ def test_serve_keeps_every_key_out_of_its_files_and_every_door_shut_to_others(tm
         if stack.poll() is None:
             os.killpg(stack.pid, signal.SIGKILL)
             stack.wait()
-        out.close()
         provider.stop()
 
     # Every file the stack wrote: no key, though debug logging dumped each request's headers.

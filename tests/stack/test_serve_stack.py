@@ -39,6 +39,24 @@ def _free_offset() -> int:
     raise RuntimeError("no free set of ports")
 
 
+def start_stack(args: list[str], log: Path, env: dict[str, str] | None = None, timeout_s: float = 180) -> subprocess.Popen[bytes]:
+    """`vllm-sr serve ARGS` in a session of its own, its output in `log`, once it says it is up."""
+    with log.open("w") as out:
+        stack = subprocess.Popen([str(BIN / "vllm-sr"), "serve", *args], stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while "Ctrl-C stops everything" not in log.read_text():
+            assert stack.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the stack did not come up"
+            time.sleep(0.2)
+    except BaseException:
+        if stack.poll() is None:  # a stack that never came up is not left running
+            os.killpg(stack.pid, signal.SIGKILL)
+            stack.wait()
+        raise
+    return stack
+
+
 def _get(url: str, body: dict | None = None, **headers: str) -> tuple[int, dict]:  # type: ignore[type-arg]
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, headers={"content-type": "application/json", **headers})
@@ -53,17 +71,8 @@ def _get(url: str, body: dict | None = None, **headers: str) -> tuple[int, dict]
 def test_serve_runs_the_stack_answers_through_the_listener_and_drains_on_sigterm(tmp_path: Path) -> None:
     offset = _free_offset()
     ports = Ports().shifted(offset)
-    out = (tmp_path / "out.txt").open("w")
-    stack = subprocess.Popen(
-        [str(BIN / "vllm-sr"), "serve", "--port-offset", str(offset), "--state-dir", str(tmp_path / "state")],
-        stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-    )
+    stack = start_stack(["--port-offset", str(offset), "--state-dir", str(tmp_path / "state")], tmp_path / "out.txt")
     try:
-        deadline = time.monotonic() + 180
-        while "Ctrl-C stops everything" not in (tmp_path / "out.txt").read_text():
-            assert stack.poll() is None, (tmp_path / "out.txt").read_text()
-            assert time.monotonic() < deadline, "the stack did not come up"
-            time.sleep(0.2)
         summary = (tmp_path / "out.txt").read_text()
         assert f"http://127.0.0.1:{ports.runtime}" in summary and re.search(rf"listener local +http://127.0.0.1:{ports.listener}", summary)
 
@@ -111,7 +120,6 @@ def test_serve_runs_the_stack_answers_through_the_listener_and_drains_on_sigterm
         if stack.poll() is None:
             os.killpg(stack.pid, signal.SIGKILL)
             stack.wait()
-        out.close()
 
 
 def _traffic_during(action: Callable[[], None], url: str) -> tuple[list[tuple[object, float, float]], float]:
