@@ -22,7 +22,7 @@ serve: install
 
 test: install
 	$(BIN)/vllm-sr schemas check
-	# Type-checks sr_control and sr_runtime as [tool.mypy] in pyproject.toml says; cache in .mypy_cache.
+	# Type-checks systemone, sr_control and sr_runtime as [tool.mypy] in pyproject.toml says; cache in .mypy_cache.
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 

@@ -26,7 +26,7 @@ import random
 import time
 from collections.abc import Callable
 
-from sr_control.systemone import REGISTRY, Target, WireReply
+from systemone import REGISTRY, Target, WireReply
 
 
 def request_body() -> bytes:

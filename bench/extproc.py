@@ -284,7 +284,7 @@ listeners:
 
 
 def main() -> None:
-    from sr_control import log
+    from systemone import log
 
     log.configure("warning")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

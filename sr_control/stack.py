@@ -45,7 +45,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import IO, Callable
 
-from sr_control import log
+from systemone import log
 from sr_control.compiler import Address, Settings, bootstrap
 from sr_control.compiler.output import to_yaml
 from sr_control.compiler.protos import to_dict

@@ -94,8 +94,8 @@ def answer(
     response on stdout; 1 with the error body on stdout when the request is invalid or a
     question cannot be answered; 2 when MODEL or REQUEST is unusable.
     """
-    from sr_control.systemone import REGISTRY, ProtocolError
-    from sr_control.systemone.schemas import UnknownSchemaError
+    from systemone import REGISTRY, ProtocolError
+    from systemone.schemas import UnknownSchemaError
     from sr_runtime.loader import load_engine
     from sr_runtime.request import answer as answer_request
     from sr_runtime.request import read
@@ -152,7 +152,7 @@ def serve(
     endpoints answer 503 with Retry-After. Exit 2 when MODEL, a flag or the port cannot be
     used, or the model fails to load.
     """
-    from sr_control import log
+    from systemone import log
     from sr_runtime.server import ServerSettings, SettingsError
     from sr_runtime.server.process import api_key
     from sr_runtime.server.process import serve as run

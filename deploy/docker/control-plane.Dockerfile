@@ -11,6 +11,7 @@ ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
 FROM ${PYTHON_IMAGE} AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY systemone ./systemone
 COPY sr_control ./sr_control
 COPY sr_runtime ./sr_runtime
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .

@@ -10,7 +10,8 @@ ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
 FROM ${PYTHON_IMAGE} AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY sr_control ./sr_control
+# The runtime stands on the protocol package alone: no control plane in this image (vllm-srun only).
+COPY systemone ./systemone
 COPY sr_runtime ./sr_runtime
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 

@@ -11,14 +11,14 @@ import httpx
 import typer
 
 from sr_control.cli.errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, fail
-from sr_control.systemone import drift as drift_lib
-from sr_control.systemone.generator import outputs
-from sr_control.systemone.specs import SPEC_DIR, SPEC_FILES, STANDARD_FILE, SpecError, SpecSet, parse_specs
+from systemone import drift as drift_lib
+from systemone.generator import outputs
+from systemone.specs import SPEC_DIR, SPEC_FILES, STANDARD_FILE, SpecError, SpecSet, parse_specs
 
 app = typer.Typer(help="Generate and check the files derived from the System One specs.", no_args_is_help=True)
 
 _REPO = Path(__file__).resolve().parents[2]
-RootOption = Annotated[Path, typer.Option("--root", help="The folder holding sr_control/ (a checkout), whose sr_control/schemas/systemone holds the specs.")]
+RootOption = Annotated[Path, typer.Option("--root", help="The folder holding systemone/ (a checkout, or site-packages), whose systemone/spec holds the specs.")]
 
 
 class Format(str, Enum):

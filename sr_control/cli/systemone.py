@@ -10,11 +10,11 @@ from typing import Annotated, Any, Optional
 import typer
 
 from sr_control.cli.errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, fail
-from sr_control.systemone import REGISTRY, Policy, ProtocolError, Target
-from sr_control.systemone.ir import describe
-from sr_control.systemone.jsontext import loads, plain
-from sr_control.systemone.listener import PATHS
-from sr_control.systemone.schemas import DEVIATIONS, UnknownSchemaError
+from systemone import REGISTRY, Policy, ProtocolError, Target
+from systemone.ir import describe
+from systemone.jsontext import loads, plain
+from systemone.listener import PATHS
+from systemone.schemas import DEVIATIONS, UnknownSchemaError
 
 app = typer.Typer(help="Check requests as a listener or client codec would.", no_args_is_help=True)
 

@@ -6,7 +6,7 @@ over the buffer (413), headers over 60 KiB (431), no healthy host (503), a timeo
 sidecar unreachable (500), a request that is not valid HTTP (400). Left alone these are
 ``text/plain`` ("Payload Too Large") or empty; each mapper here puts the listener schema's JSON
 error body in their place, with the ``code`` a client of that schema reads (the same body the
-sidecar would write, from ``sr_control.systemone``), so a client parses every error one way.
+sidecar would write, from ``systemone``), so a client parses every error one way.
 
 Which replies are Envoy's own: those whose headers have no ``content-type`` yet when the mapper
 runs. The sidecar's immediate answers and the route table's ``direct_response`` 404/405s carry
@@ -23,8 +23,8 @@ from typing import Any
 from sr_control.compiler.limits import BODY_LIMIT
 from sr_control.compiler.offer import ListenerOffer
 from sr_control.compiler.templates import fill
-from sr_control.systemone.errors import ErrorInfo
-from sr_control.systemone.listener import LISTENERS
+from systemone.errors import ErrorInfo
+from systemone.listener import LISTENERS
 
 # Envoy's default max_request_headers_kb: request headers over it are answered 431.
 HEADERS_LIMIT = 60 * 1024

@@ -28,7 +28,7 @@ from sr_control.compiler.limits import BUFFER_LIMIT, DEADLINE_MARGIN_MS, LISTING
 from sr_control.compiler.offer import ListenerOffer, Offer
 from sr_control.compiler.templates import fill
 from sr_control.config.model import ProviderModel, RouterConfig
-from sr_control.systemone.errors import ErrorInfo
+from systemone.errors import ErrorInfo
 
 MODELS_PATH = "/v1/models"
 SYSTEMONE_MODELS_PATH = "/v1/systemone/models"

@@ -17,9 +17,9 @@ from sr_control.apis import REGISTRY, UnknownApiError
 from sr_control.config.catalog import ModelCatalog, api_kind, catalog
 from sr_control.config.errors import Loc
 from sr_control.config.model import ApiSettings, RouterConfig
-from sr_control.systemone import schemas
-from sr_control.systemone.generated.fields import PRESETS
-from sr_control.systemone.generated.strip import REFUSE
+from systemone import schemas
+from systemone.generated.fields import PRESETS
+from systemone.generated.strip import REFUSE
 
 Finding = tuple[Loc, str]
 

@@ -17,10 +17,10 @@ import email.policy
 from collections.abc import Mapping
 from dataclasses import replace
 
-from sr_control.systemone import Batch, DetailItem, InvalidRequest, Request, ValidationFailed
-from sr_control.systemone.ir import Asset, frozen_map
-from sr_control.systemone.jsontext import JsonObject
-from sr_control.systemone.media import REQUEST_PART, part_problems
+from systemone import Batch, DetailItem, InvalidRequest, Request, ValidationFailed
+from systemone.ir import Asset, frozen_map
+from systemone.jsontext import JsonObject
+from systemone.media import REQUEST_PART, part_problems
 
 _FORMATS = {b"\x89PNG\r\n\x1a\n": "png", b"\xff\xd8\xff": "jpeg", b"GIF8": "gif", b"RIFF": "webp"}
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from sr_control.systemone.generated.strip import REFUSE
-from sr_control.systemone.ir import MISSING, Batch, Request, items
-from sr_control.systemone.jsontext import strings
+from systemone.generated.strip import REFUSE
+from systemone.ir import MISSING, Batch, Request, items
+from systemone.jsontext import strings
 
 # Tokens are estimated from characters at 8 a token, half what English BPE averages, so the
 # estimate stays below the real count: only a request that surely cannot fit is kept away

@@ -31,14 +31,14 @@ from sr_control.extproc.incoming import Incoming, Sidecar
 from sr_control.extproc.metrics import upstream_result
 from sr_control.extproc.pool import Ranking
 from sr_control.extproc.upstream import CallFailed, Reply
-from sr_control.log import get_logger
-from sr_control.systemone import Batch, ClientRequest, ItemResult, ListenerCodec, ProtocolError, Reply as Answers, Request
-from sr_control.systemone.client import CLIENTS, Policy, Target, WireReply
-from sr_control.systemone.errors import ErrorInfo, UnsupportedCapability
-from sr_control.systemone.ir import frozen_map, items
-from sr_control.systemone.listener import LISTENERS
-from sr_control.systemone.replies import WHOLE_REPLY, WHOLE_REPLY_HEADER, decode_error, decode_reply
-from sr_control.systemone.writing import internal_body
+from systemone.log import get_logger
+from systemone import Batch, ClientRequest, ItemResult, ListenerCodec, ProtocolError, Reply as Answers, Request
+from systemone.client import CLIENTS, Policy, Target, WireReply
+from systemone.errors import ErrorInfo, UnsupportedCapability
+from systemone.ir import frozen_map, items
+from systemone.listener import LISTENERS
+from systemone.replies import WHOLE_REPLY, WHOLE_REPLY_HEADER, decode_error, decode_reply
+from systemone.writing import internal_body
 
 # Statuses after which another member may well answer: overloaded, unavailable, a gateway's.
 RETRIABLE = frozenset({429, 502, 503, 504, 529})

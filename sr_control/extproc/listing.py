@@ -24,10 +24,10 @@ from sr_control.extproc.data import SYSTEMONE_API, ListenerData
 from sr_control.extproc.envoy import Answer
 from sr_control.extproc.forward import listener_codec
 from sr_control.extproc.incoming import Incoming, Sidecar
-from sr_control.systemone import Listing, ListingItem
-from sr_control.systemone.generated.runtime_fields import RUNTIME_CONTRACT
-from sr_control.systemone.jsontext import JsonObject, dumpb, freeze
-from sr_control.systemone.replies import listing_doc
+from systemone import Listing, ListingItem
+from systemone.generated.runtime_fields import RUNTIME_CONTRACT
+from systemone.jsontext import JsonObject, dumpb, freeze
+from systemone.replies import listing_doc
 
 SYSTEMONE_MODELS_PATH = "/v1/systemone/models"
 LISTING_VERSION = RUNTIME_CONTRACT.rsplit(".", 1)[0]  # "5.0"

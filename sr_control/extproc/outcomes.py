@@ -24,7 +24,7 @@ import grpc
 from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 
 from sr_control.extproc.metrics import Metrics
-from sr_control.log import get_logger
+from systemone.log import get_logger
 
 _log = get_logger("vllm_sr.extproc")
 # Envoy's details may end in a variable part ("upstream_reset_before_response_started{...}"):

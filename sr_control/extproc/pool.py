@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from sr_control.extproc.capability import Needs, lacks
 from sr_control.extproc.cards import CardBook
 from sr_control.extproc.data import Member
-from sr_control.systemone.errors import ProtocolError, UnsupportedCapability
+from systemone.errors import ProtocolError, UnsupportedCapability
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,9 +34,9 @@ from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.forward import Call, SystemOne, error_answer, listener_codec, whole_as_sent
 from sr_control.extproc.incoming import Incoming, Sidecar
 from sr_control.extproc.listing import listing
-from sr_control.log import get_logger
-from sr_control.systemone import ProtocolError
-from sr_control.systemone.replies import WHOLE_REPLY_HEADER
+from systemone.log import get_logger
+from systemone import ProtocolError
+from systemone.replies import WHOLE_REPLY_HEADER
 
 LISTING_API = "models"
 VERSION_HEADER = "x-vsr-config-version"

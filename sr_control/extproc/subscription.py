@@ -28,7 +28,7 @@ from sr_control.compiler import names
 from sr_control.compiler.protos import SIDECAR, SIDECAR_PAYLOAD
 from sr_control.extproc.data import DataError, ListenerData
 from sr_control.extproc.versions import VersionStore
-from sr_control.log import get_logger
+from systemone.log import get_logger
 
 _log = get_logger("vllm_sr.extproc.xds")
 MAX_MESSAGE = 64 * 1024 * 1024

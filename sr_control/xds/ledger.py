@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from sr_control import log
+from systemone import log
 from sr_control.compiler.protos import TYPE_NAMES
 from sr_control.xds.hooks import Hooks, StreamInfo
 

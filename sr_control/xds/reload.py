@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from sr_control import log
+from systemone import log
 from sr_control.compiler import CompileError, Settings
 from sr_control.compiler.incremental import Recompiler
 from sr_control.compiler.protos import ENDPOINT, LISTENER, SIDECAR, TYPE_NAMES

@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from sr_control import log
+from systemone import log
 
 Fingerprint = tuple[str, int, int, int, int] | None
 _log = log.get_logger("vllm_sr.xds")

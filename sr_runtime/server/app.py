@@ -35,10 +35,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sr_control.systemone import ClientRequest, DeadlineExceeded, DetailItem, HttpAnswer, NotServed, ValidationFailed
-from sr_control.log import get_logger
-from sr_control.systemone.generated.runtime_fields import RUNTIME_CONTRACT
-from sr_control.systemone.replies import WHOLE_REPLY, WHOLE_REPLY_HEADER, is_whole
+from systemone import ClientRequest, DeadlineExceeded, DetailItem, HttpAnswer, NotServed, ValidationFailed
+from systemone.log import get_logger
+from systemone.generated.runtime_fields import RUNTIME_CONTRACT
+from systemone.replies import WHOLE_REPLY, WHOLE_REPLY_HEADER, is_whole
 from sr_runtime.server.auth import check_key
 from sr_runtime.server.body import check_parts, read_body
 from sr_runtime.server.bridge import EnginePlan, to_engine, to_reply

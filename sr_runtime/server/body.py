@@ -17,9 +17,9 @@ from starlette.datastructures import Headers, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request as HttpRequest
 
-from sr_control.systemone import Batch, DetailItem, InvalidRequest, Request, RequestTooLarge, ValidationFailed
-from sr_control.systemone.errors import MAX_BODY_BYTES
-from sr_control.systemone.media import REQUEST_PART, part_problems
+from systemone import Batch, DetailItem, InvalidRequest, Request, RequestTooLarge, ValidationFailed
+from systemone.errors import MAX_BODY_BYTES
+from systemone.media import REQUEST_PART, part_problems
 from sr_runtime.server.errors import UnsupportedEncoding
 
 _CHUNK = 1 << 20

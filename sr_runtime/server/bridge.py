@@ -24,10 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sr_control.systemone import Batch, ItemResult, Reply, Request
-from sr_control.systemone.generated.fields import PRESETS
-from sr_control.systemone.ir import MISSING, Question, items
-from sr_control.systemone.jsontext import JsonObject, Number, plain, strings
+from systemone import Batch, ItemResult, Reply, Request
+from systemone.generated.fields import PRESETS
+from systemone.ir import MISSING, Question, items
+from systemone.jsontext import JsonObject, Number, plain, strings
 from sr_runtime.types import (
     Answer,
     Box,

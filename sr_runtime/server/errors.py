@@ -1,6 +1,6 @@
 """The runtime server's own errors, and the one place where every error becomes an answer.
 
-    ProtocolError (sr_control.systemone)  what a listener codec writes, in the client's schema
+    ProtocolError (systemone)  what a listener codec writes, in the client's schema
      ├── AuthenticationFailed            401: no API key, or a wrong one (auth on)
      ├── UnknownModel                    400: a model name this server does not serve
      ├── UnsupportedEncoding             415: a Content-Encoding other than zstd
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import traceback
 
-from sr_control.log import get_logger
-from sr_control.systemone import ClientRequest, HttpAnswer, ListenerCodec, ProtocolError, QuestionFailed
-from sr_control.systemone.errors import QUESTION_ERROR_STATUS
+from systemone.log import get_logger
+from systemone import ClientRequest, HttpAnswer, ListenerCodec, ProtocolError, QuestionFailed
+from systemone.errors import QUESTION_ERROR_STATUS
 from sr_runtime.errors import DecisionError
 
 log = get_logger("vllm-srun.server")

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from enum import Enum
 
-from sr_control.log import get_logger
-from sr_control.systemone import REGISTRY, ListenerCodec
+from systemone.log import get_logger
+from systemone import REGISTRY, ListenerCodec
 from sr_runtime.errors import CheckpointError
 from sr_runtime.server.errors import Unavailable
 from sr_runtime.server.metrics import Metrics

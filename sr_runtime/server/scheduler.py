@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from sr_control.systemone import DeadlineExceeded
+from systemone import DeadlineExceeded
 from sr_runtime.errors import Stopped
 from sr_runtime.server.errors import Overloaded, Unavailable
 from sr_runtime.types import DecisionEngine, DecisionRequest, Result, coded_options, render_text

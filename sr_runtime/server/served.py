@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sr_control.systemone import Batch, Listing, ListingItem, Request
-from sr_control.systemone.generated.runtime_fields import RUNTIME_CONTRACT
-from sr_control.systemone.ir import items
-from sr_control.systemone.jsontext import freeze
+from systemone import Batch, Listing, ListingItem, Request
+from systemone.generated.runtime_fields import RUNTIME_CONTRACT
+from systemone.ir import items
+from systemone.jsontext import freeze
 from sr_runtime.server.errors import UnknownModel
 from sr_runtime.types import ModelCard
 

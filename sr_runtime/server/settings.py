@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sr_control.systemone import REGISTRY
+from systemone import REGISTRY
 
 SCHEMAS = ("vllm-sr/5.0", "vllm-sr/4.0", "systemone/0.2")
 DEFAULT_MAX_BATCH_TOKENS = 16_384

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from sr_control.apis import LLM_APIS, REGISTRY, Api, ApiRegistry, UnknownApiError
-from sr_control.systemone import schemas
+from systemone import schemas
 
 
 def test_the_registry_holds_seed_000s_table() -> None:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from sr_control.extproc.capability import STANDARD_CARD, Card, Limits, lacks, needs_of
-from sr_control.systemone import REGISTRY
+from systemone import REGISTRY
 
 TINY = Card(frozenset({"noul", "choice", "score"}), frozenset({"text"}), limits=Limits(max_options=26, min_levels=2, max_levels=10, max_input_tokens=2048), contract="5.0.0")
 

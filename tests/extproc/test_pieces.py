@@ -144,7 +144,7 @@ def test_bodies_already_in_the_form_the_other_side_reads_are_left_as_they_are() 
 
     from sr_control.extproc.envoy import replace_response
     from sr_control.extproc.forward import member_body
-    from sr_control.systemone.listener import LISTENERS
+    from systemone.listener import LISTENERS
 
     # The internal form writes every member the runtime reads (roles included) in this order.
     request = {"model": "d3", "state": "The export fails.", "questions": {"u": {"type": "noul", "instructions": "Is it urgent?"}}, "roles": None}

@@ -84,9 +84,9 @@ def test_the_wheel_carries_the_data_files(installed: Path) -> None:
         "sr_control/envoy_templates/listener.yaml",
         "sr_control/envoy_templates/bootstrap.yaml",
         "sr_control/migrations/0001_listener_apis.py",
-        "sr_control/schemas/systemone/systemone-0.2.schema.yaml",
-        "sr_control/schemas/systemone/vllm-sr-5.0.extensions.yaml",
-        "sr_control/schemas/systemone/vllm-sr-4.0.openapi.yaml",
+        "systemone/spec/systemone-0.2.schema.yaml",
+        "systemone/spec/vllm-sr-5.0.extensions.yaml",
+        "systemone/spec/vllm-sr-4.0.openapi.yaml",
         "sr_control/defaults/local.yaml",
     ):
         assert expected in names

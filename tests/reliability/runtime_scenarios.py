@@ -31,7 +31,7 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sr_control.systemone.errors import MAX_BODY_BYTES
+from systemone.errors import MAX_BODY_BYTES
 from tests.e2e.envoy_proc import wait_for
 from tests.extproc.harness import VLLM_SRUN, Runtime, get_status
 from tests.reliability.parts import NOUL, STATE, Figures, peak_rss

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sr_control.systemone import REGISTRY, ProtocolError
+from systemone import REGISTRY, ProtocolError
 from sr_runtime.engine import Engine
 from sr_runtime.request import answer
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sr_control.systemone import ProtocolError
+from systemone import ProtocolError
 from sr_runtime.request import read_request
 from tests.conftest import ROOT
 from sr_runtime.types import (

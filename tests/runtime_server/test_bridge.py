@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from sr_control.systemone import REGISTRY
+from systemone import REGISTRY
 from sr_runtime.builtins.embedding import state_text
 from sr_runtime.server.bridge import to_engine, to_reply
 from sr_runtime.types import DecisionRequest, Limits, ModelCard, NoulAnswer, QuestionError, Result, SpanQuestion, Usage

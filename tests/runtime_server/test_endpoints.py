@@ -6,7 +6,7 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
-from sr_control.systemone import REGISTRY
+from systemone import REGISTRY
 
 from .conftest import CHOICE, NOUL, SCORE, body, runtime
 

@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import save_file
 from starlette.testclient import TestClient
 
-from sr_control.systemone.errors import MAX_BODY_BYTES
+from systemone.errors import MAX_BODY_BYTES
 from sr_runtime.engine import Engine
 from sr_runtime.server import ServerSettings
 

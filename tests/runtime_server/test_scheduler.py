@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sr_control.systemone import DeadlineExceeded
+from systemone import DeadlineExceeded
 from sr_runtime.engine import Engine
 from sr_runtime.errors import Stopped
 from sr_runtime.server import ServerSettings

@@ -10,7 +10,7 @@ import pytest
 import zstandard
 from starlette.testclient import TestClient
 
-from sr_control.systemone.errors import MAX_BODY_BYTES
+from systemone.errors import MAX_BODY_BYTES
 from sr_runtime.server import ServerSettings
 
 from .conftest import CHOICE, NOUL, SCHEMAS, body, serving

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sr_control.systemone import REGISTRY, ClientRequest, ItemResult, Reply, Request
-from sr_control.systemone.jsontext import JsonObject, dumps, stdlib_loads
-from sr_control.systemone.replies import decode_reply, is_whole, reply_doc
+from systemone import REGISTRY, ClientRequest, ItemResult, Reply, Request
+from systemone.jsontext import JsonObject, dumps, stdlib_loads
+from systemone.replies import decode_reply, is_whole, reply_doc
 from tests.systemone.inputs import json_values
 
 LISTENERS = {s: REGISTRY.listener(s) for s in ("vllm-sr/5.0", "vllm-sr/4.0", "systemone/0.2")}

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from typesafe_sdk._schemas import models as sdk_models
 
 from sr_control.cli import app
-from sr_control.systemone.generator import OUTPUTS
-from sr_control.systemone.specs import SPEC_DIR
+from systemone.generator import OUTPUTS
+from systemone.specs import SPEC_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -46,7 +46,7 @@ def test_schemas_check_names_a_stale_file_and_generate_fixes_it(repo_copy: Path)
     spec.write_text(spec.read_text().replace("Adds meta to the response.", "Adds meta (timings) to the response."))
     result = invoke("schemas", "check", "--root", str(repo_copy))
     assert result.exit_code == 1
-    assert "sr_control/systemone/generated/fields.py: error: stale; run `vllm-sr schemas generate`" in result.output
+    assert "systemone/generated/fields.py: error: stale; run `vllm-sr schemas generate`" in result.output
     assert "docs/reference/systemone-extensions.md: error: stale" in result.output
     result = invoke("schemas", "generate", "--root", str(repo_copy))
     assert result.exit_code == 0 and "wrote docs/reference/systemone-extensions.md" in result.output

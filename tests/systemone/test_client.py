@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from sr_control.systemone import REGISTRY, Policy, Target, UnsupportedCapability, WireReply
-from sr_control.systemone.errors import ProtocolError
-from sr_control.systemone.generated.fields import PRESETS
-from sr_control.systemone.generated.strip import STRIP
+from systemone import REGISTRY, Policy, Target, UnsupportedCapability, WireReply
+from systemone.errors import ProtocolError
+from systemone.generated.fields import PRESETS
+from systemone.generated.strip import STRIP
 
 V50L, V40L = REGISTRY.listener("vllm-sr/5.0"), REGISTRY.listener("vllm-sr/4.0")
 C02, C50 = REGISTRY.client("systemone/0.2"), REGISTRY.client("vllm-sr/5.0")

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sr_control.systemone import REGISTRY, Target
-from sr_control.systemone.deviations import state_text
-from sr_control.systemone.families import model_state, reads_both
-from sr_control.systemone.generated.runtime_fields import FAMILIES
-from sr_control.systemone.jsontext import loads
+from systemone import REGISTRY, Target
+from systemone.deviations import state_text
+from systemone.families import model_state, reads_both
+from systemone.generated.runtime_fields import FAMILIES
+from systemone.jsontext import loads
 from tests.systemone.inputs import json_texts_with_literals, json_values
 
 V50L = REGISTRY.listener("vllm-sr/5.0")

@@ -9,10 +9,10 @@ from pathlib import Path
 from pydantic.json_schema import models_json_schema
 from typesafe_sdk._schemas import models as sdk_models
 
-from sr_control.systemone.drift import drift
-from sr_control.systemone.generated.fields import STANDARD_SOURCE
+from systemone.drift import drift
+from systemone.generated.fields import STANDARD_SOURCE
 
-OURS = (Path(__file__).resolve().parents[2] / "sr_control/schemas/systemone/systemone-0.2.schema.yaml").read_text(encoding="utf-8")
+OURS = (Path(__file__).resolve().parents[2] / "systemone/spec/systemone-0.2.schema.yaml").read_text(encoding="utf-8")
 SDK_MODELS = Path(sdk_models.__file__).read_text(encoding="utf-8")
 
 

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sr_control.systemone import REGISTRY, ProtocolError
-from sr_control.systemone.ir import Batch, Request
-from sr_control.systemone.jsontext import DECLINED, dumpb
-from sr_control.systemone.reading import READINGS, parse_json, read_body, read_doc
-from sr_control.systemone.writing import internal_body, internal_doc
+from systemone import REGISTRY, ProtocolError
+from systemone.ir import Batch, Request
+from systemone.jsontext import DECLINED, dumpb
+from systemone.reading import READINGS, parse_json, read_body, read_doc
+from systemone.writing import internal_body, internal_doc
 from tests.systemone.inputs import corpus, json_values, text
 from tests.systemone.same import same
 
@@ -188,8 +188,8 @@ def test_near_misses_are_read_as_the_general_reader_reads_them(body: bytes) -> N
 
 
 def test_the_common_form_takes_the_short_way() -> None:
-    from sr_control.systemone import fastread
-    from sr_control.systemone.jsontext import loads, read_plain, read_shape
+    from systemone import fastread
+    from systemone.jsontext import loads, read_plain, read_shape
 
     body = json.dumps({"model": "vllm-sr/auto", "state": {"request": "hi"}, "roles": {"request": "user"}, "questions": {"q": {"type": "choice", "criteria": {"a": None, "b": "B"}}}}).encode()
     for schema in ("vllm-sr/5.0", "vllm-sr/4.0", "internal"):

@@ -11,10 +11,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sr_control.systemone import fieldtypes
-from sr_control.systemone.generated import fields as F
-from sr_control.systemone.jsontext import JsonObject, Number, freeze
-from sr_control.systemone.rules import READINGS
+from systemone import fieldtypes
+from systemone.generated import fields as F
+from systemone.jsontext import JsonObject, Number, freeze
+from systemone.rules import READINGS
 
 
 def _table_types() -> list[tuple[str, dict[str, Any]]]:

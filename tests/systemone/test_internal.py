@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sr_control.systemone.ir import Batch, Request
-from sr_control.systemone.jsontext import dumps
-from sr_control.systemone.reading import READINGS, read_body
-from sr_control.systemone.writing import internal_doc
+from systemone.ir import Batch, Request
+from systemone.jsontext import dumps
+from systemone.reading import READINGS, read_body
+from systemone.writing import internal_doc
 from tests.systemone.inputs import corpus, json_values, literals, text
 
 INTERNAL = READINGS["internal"]
@@ -29,8 +29,8 @@ def test_generated_corpus_round_trips_byte_for_byte(name: str, body: bytes) -> N
 
 
 def test_corpus_covers_every_legacy_form_and_each_family_selfcheck() -> None:
-    from sr_control.systemone.generated.fields import LEGACY_FORMS
-    from sr_control.systemone.generated.runtime_fields import FAMILIES
+    from systemone.generated.fields import LEGACY_FORMS
+    from systemone.generated.runtime_fields import FAMILIES
 
     names = {n for n, _ in corpus()}
     assert {f"legacy/{form}" for form in LEGACY_FORMS} <= names

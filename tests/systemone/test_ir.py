@@ -6,8 +6,8 @@ from dataclasses import fields, replace
 
 import pytest
 
-from sr_control.systemone.ir import MISSING, QUESTION_SLOTS, Question, read_question
-from sr_control.systemone.jsontext import JsonObject, loads
+from systemone.ir import MISSING, QUESTION_SLOTS, Question, read_question
+from systemone.jsontext import JsonObject, loads
 
 
 def test_read_question_sets_every_field_of_a_question() -> None:

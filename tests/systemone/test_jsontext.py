@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sr_control.systemone.jsontext import (
+from systemone.jsontext import (
     DECLINED,
     DuplicateMember,
     JsonObject,

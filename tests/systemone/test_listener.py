@@ -14,7 +14,7 @@ from typesafe_sdk._core.errors import extract_message
 from typesafe_sdk._core.question_types import Choice, Noul, Score
 from typesafe_sdk._schemas import models as wire
 
-from sr_control.systemone import REGISTRY, ProtocolError, QuestionFailed, RequestTooLarge
+from systemone import REGISTRY, ProtocolError, QuestionFailed, RequestTooLarge
 
 V50, V40, V02 = (REGISTRY.listener(s) for s in ("vllm-sr/5.0", "vllm-sr/4.0", "systemone/0.2"))
 

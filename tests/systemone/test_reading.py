@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from sr_control.systemone import REGISTRY, ProtocolError
-from sr_control.systemone.errors import MAX_BODY_BYTES
-from sr_control.systemone.generated.fields import EXTENSION_FIELDS, LEGACY_FORMS, LIMITS, STANDARD_QUESTIONS
+from systemone import REGISTRY, ProtocolError
+from systemone.errors import MAX_BODY_BYTES
+from systemone.generated.fields import EXTENSION_FIELDS, LEGACY_FORMS, LIMITS, STANDARD_QUESTIONS
 from tests.systemone.inputs import corpus
 
 V50, V40, V02 = (REGISTRY.listener(s) for s in ("vllm-sr/5.0", "vllm-sr/4.0", "systemone/0.2"))

@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from sr_control.systemone import REGISTRY
-from sr_control.systemone.client import CLIENTS
-from sr_control.systemone.deviations import DEVIATIONS
-from sr_control.systemone.listener import LISTENERS
-from sr_control.systemone.registry import build, check
-from sr_control.systemone.schemas import UnknownSchemaError
+from systemone import REGISTRY
+from systemone.client import CLIENTS
+from systemone.deviations import DEVIATIONS
+from systemone.listener import LISTENERS
+from systemone.registry import build, check
+from systemone.schemas import UnknownSchemaError
 
 
 def test_registry_holds_every_listener_and_upstream_schema() -> None:

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from sr_control.systemone import REGISTRY, ProtocolError, Target
-from sr_control.systemone.fieldtypes import parse
-from sr_control.systemone.generated.fields import EXTENSION_FIELDS, EXTENSION_QUESTION_TYPES, STANDARD_QUESTIONS
-from sr_control.systemone.generated.strip import REFUSE, REPLY_EXTENSIONS, STRIP
+from systemone import REGISTRY, ProtocolError, Target
+from systemone.fieldtypes import parse
+from systemone.generated.fields import EXTENSION_FIELDS, EXTENSION_QUESTION_TYPES, STANDARD_QUESTIONS
+from systemone.generated.strip import REFUSE, REPLY_EXTENSIONS, STRIP
 
 V50, V40, V02 = (REGISTRY.listener(s) for s in ("vllm-sr/5.0", "vllm-sr/4.0", "systemone/0.2"))
 C02 = REGISTRY.client("systemone/0.2")

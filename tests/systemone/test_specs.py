@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sr_control.systemone.generator import OUTPUTS, outputs
-from sr_control.systemone.specs import EXTENSIONS_FILE, LEGACY_FILE, SPEC_DIR, SPEC_FILES, STANDARD_FILE, parse_specs
+from systemone.generator import OUTPUTS, outputs
+from systemone.specs import EXTENSIONS_FILE, LEGACY_FILE, SPEC_DIR, SPEC_FILES, STANDARD_FILE, parse_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXTS = {f: (ROOT / SPEC_DIR / f).read_text(encoding="utf-8") for f in SPEC_FILES.values()}
@@ -58,7 +58,7 @@ def test_generated_files_are_current(rel: str) -> None:
 
 
 def test_the_standard_records_its_source_and_the_hash_of_what_it_was_checked_against() -> None:
-    from sr_control.systemone.generated.fields import SPECS, STANDARD_SOURCE
+    from systemone.generated.fields import SPECS, STANDARD_SOURCE
 
     assert STANDARD_SOURCE["url"] == "https://api.typesafe.ai/openapi.json"
     assert len(STANDARD_SOURCE["sha256"]) == 64 and "typesafe-sdk 0.7.5" in STANDARD_SOURCE["checked_against"]

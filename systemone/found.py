@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sr_control.systemone import fieldtypes
-from sr_control.systemone.errors import DetailItem, loc_text
-from sr_control.systemone.rules import Reading
+from systemone import fieldtypes
+from systemone.errors import DetailItem, loc_text
+from systemone.rules import Reading
 
 Loc = tuple[str | int, ...]
 

@@ -23,11 +23,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from sr_control.systemone.errors import ErrorInfo, NotServed, ProtocolError
-from sr_control.systemone.ir import Batch, Endpoint, Listing, Reply, Request
-from sr_control.systemone.jsontext import dumpb, dumpb_content
-from sr_control.systemone.reading import READINGS, Reading, read_body
-from sr_control.systemone.replies import (
+from systemone.errors import ErrorInfo, NotServed, ProtocolError
+from systemone.ir import Batch, Endpoint, Listing, Reply, Request
+from systemone.jsontext import dumpb, dumpb_content
+from systemone.reading import READINGS, Reading, read_body
+from systemone.replies import (
     Flavour,
     HttpAnswer,
     decode_error,
@@ -40,7 +40,7 @@ from sr_control.systemone.replies import (
     reply_doc,
     takes_whole,
 )
-from sr_control.systemone.writing import internal_body, renames
+from systemone.writing import internal_body, renames
 
 LONG_CONTEXT_HEADER = "typesafe-danger-zone-long-context"
 UPSTREAM_PATH = "/v1/decisions"

@@ -8,12 +8,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from sr_control.systemone.errors import DetailItem, ErrorInfo, loc_text
-from sr_control.systemone.found import Found, Loc, check_members
-from sr_control.systemone.generated import fields as F
-from sr_control.systemone.ir import MISSING, Question, read_question
-from sr_control.systemone.jsontext import Json, JsonObject
-from sr_control.systemone.rules import CRITERIA_SPELLINGS, Reading
+from systemone.errors import DetailItem, ErrorInfo, loc_text
+from systemone.found import Found, Loc, check_members
+from systemone.generated import fields as F
+from systemone.ir import MISSING, Question, read_question
+from systemone.jsontext import Json, JsonObject
+from systemone.rules import CRITERIA_SPELLINGS, Reading
 
 _QUESTION_EXTENSIONS = {k.split(".", 1)[1]: v for k, v in F.EXTENSION_FIELDS.items() if k.startswith("question.")}
 _NO_EXTENSIONS = JsonObject()

@@ -14,8 +14,8 @@ import pprint
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from sr_control.systemone import jsontext
-from sr_control.systemone.specs import (
+from systemone import jsontext
+from systemone.specs import (
     EXTENSIONS_FILE,
     LEGACY_FILE,
     SPEC_DIR,
@@ -24,9 +24,9 @@ from sr_control.systemone.specs import (
     SpecSet,
 )
 
-FIELDS_PY = "sr_control/systemone/generated/fields.py"
-STRIP_PY = "sr_control/systemone/generated/strip.py"
-RUNTIME_PY = "sr_control/systemone/generated/runtime_fields.py"
+FIELDS_PY = "systemone/generated/fields.py"
+STRIP_PY = "systemone/generated/strip.py"
+RUNTIME_PY = "systemone/generated/runtime_fields.py"
 CORPUS = "tests/systemone/corpus/internal_roundtrip.txt"
 REFERENCE_MD = "docs/reference/systemone-extensions.md"
 OUTPUTS = (FIELDS_PY, STRIP_PY, RUNTIME_PY, CORPUS, REFERENCE_MD)

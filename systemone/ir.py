@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from sr_control.systemone.errors import ErrorInfo
-from sr_control.systemone.generated.fields import IMPLICIT_ROLES
-from sr_control.systemone.jsontext import JsonObject, Number
+from systemone.errors import ErrorInfo
+from systemone.generated.fields import IMPLICIT_ROLES
+from systemone.jsontext import JsonObject, Number
 
 
 class _Missing:

@@ -12,8 +12,8 @@ Client side (the router calling a deployment)::
     plan = REGISTRY.client("systemone/0.2").plan(req.ir, Target(...), Policy(deadline_ms=...))
 """
 
-from sr_control.systemone.client import CallPlan, Policy, SchemaCodec, Target, WireCall, WireReply
-from sr_control.systemone.errors import (
+from systemone.client import CallPlan, Policy, SchemaCodec, Target, WireCall, WireReply
+from systemone.errors import (
     DeadlineExceeded,
     DetailItem,
     ErrorInfo,
@@ -27,10 +27,10 @@ from sr_control.systemone.errors import (
     UpstreamError,
     ValidationFailed,
 )
-from sr_control.systemone.ir import Batch, ItemResult, Listing, ListingItem, Question, Reply, Request, Roles
-from sr_control.systemone.listener import ClientRequest, ListenerCodec, ListenerPlan
-from sr_control.systemone.registry import REGISTRY, CodecRegistry
-from sr_control.systemone.replies import HttpAnswer
+from systemone.ir import Batch, ItemResult, Listing, ListingItem, Question, Reply, Request, Roles
+from systemone.listener import ClientRequest, ListenerCodec, ListenerPlan
+from systemone.registry import REGISTRY, CodecRegistry
+from systemone.replies import HttpAnswer
 
 __all__ = [
     "REGISTRY",

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TypeVar
 
-from sr_control.systemone import schemas
-from sr_control.systemone.client import CLIENTS, SchemaCodec
-from sr_control.systemone.deviations import DEVIATIONS, Deviation
-from sr_control.systemone.generated.fields import SPECS
-from sr_control.systemone.listener import LISTENERS, ListenerCodec
-from sr_control.systemone.schemas import UnknownSchemaError
+from systemone import schemas
+from systemone.client import CLIENTS, SchemaCodec
+from systemone.deviations import DEVIATIONS, Deviation
+from systemone.generated.fields import SPECS
+from systemone.listener import LISTENERS, ListenerCodec
+from systemone.schemas import UnknownSchemaError
 
 T = TypeVar("T")
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from sr_control.systemone import fieldtypes
-from sr_control.systemone.generated import fields as F
+from systemone import fieldtypes
+from systemone.generated import fields as F
 
 # How a question may spell its criteria; the first one present is read (4.0 spellings second).
 CRITERIA_SPELLINGS = ("criteria", "choices", "levels", "labels")

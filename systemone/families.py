@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sr_control.systemone.deviations import state_text
-from sr_control.systemone.generated.runtime_fields import FAMILIES
-from sr_control.systemone.jsontext import JsonTextError, loads, plain
+from systemone.deviations import state_text
+from systemone.generated.runtime_fields import FAMILIES
+from systemone.jsontext import JsonTextError, loads, plain
 
 
 def model_state(family: str, state: Any) -> Any:

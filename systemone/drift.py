@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from sr_control.systemone import fieldtypes
+from systemone import fieldtypes
 
 
 @dataclass(frozen=True, slots=True)

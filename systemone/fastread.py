@@ -20,12 +20,12 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 import msgspec
 
-from sr_control.systemone import fieldtypes
-from sr_control.systemone.generated import fields as F
-from sr_control.systemone.ir import IMPLICIT, MISSING, NO_ROLES, Endpoint, Request, Roles, read_question
-from sr_control.systemone.jsontext import JsonObject, as_content
-from sr_control.systemone.questions import NEEDS_CRITERIA
-from sr_control.systemone.rules import Reading
+from systemone import fieldtypes
+from systemone.generated import fields as F
+from systemone.ir import IMPLICIT, MISSING, NO_ROLES, Endpoint, Request, Roles, read_question
+from systemone.jsontext import JsonObject, as_content
+from systemone.questions import NEEDS_CRITERIA
+from systemone.rules import Reading
 
 _NO_EXTENSIONS = JsonObject()
 _NO_ASSETS: Mapping[str, Any] = MappingProxyType({})

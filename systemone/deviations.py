@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable
 
-from sr_control.systemone import schemas
-from sr_control.systemone.jsontext import JsonObject, dumps
+from systemone import schemas
+from systemone.jsontext import JsonObject, dumps
 
 if TYPE_CHECKING:
-    from sr_control.systemone.client import WireCall, WireReply
+    from systemone.client import WireCall, WireReply
 
 
 def state_text(state: Any) -> Any:

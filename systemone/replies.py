@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from sr_control.systemone.errors import (
+from systemone.errors import (
     ERROR_TYPE_BY_STATUS,
     QUESTION_ERROR_STATUS,
     DetailItem,
@@ -29,9 +29,9 @@ from sr_control.systemone.errors import (
     QuestionFailed,
     UpstreamError,
 )
-from sr_control.systemone.generated.strip import REPLY_EXTENSIONS
-from sr_control.systemone.ir import Batch, Endpoint, ItemResult, Listing, ListingItem, Reply, Request
-from sr_control.systemone.jsontext import JsonObject, JsonTextError, Number, dumps_layout, loads, read_plain
+from systemone.generated.strip import REPLY_EXTENSIONS
+from systemone.ir import Batch, Endpoint, ItemResult, Listing, ListingItem, Reply, Request
+from systemone.jsontext import JsonObject, JsonTextError, Number, dumps_layout, loads, read_plain
 
 Flavour = Literal["standard", "vllm-sr", "legacy"]
 _STATUS_CODE = {413: "request_too_large", 422: "invalid_request", 429: "rate_limited", 503: "unavailable", 504: "deadline_exceeded", 529: "overloaded"}

@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
-from sr_control.systemone import fieldtypes
+from systemone import fieldtypes
 
 # Package data; ``vllm-sr schemas`` reads it under a root (a checkout, or site-packages).
-SPEC_DIR = "sr_control/schemas/systemone"
+SPEC_DIR = "systemone/spec"
 STANDARD_FILE = "systemone-0.2.schema.yaml"
 EXTENSIONS_FILE = "vllm-sr-5.0.extensions.yaml"
 LEGACY_FILE = "vllm-sr-4.0.openapi.yaml"

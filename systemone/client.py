@@ -19,15 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from sr_control.systemone.errors import DeadlineExceeded, ErrorInfo
-from sr_control.systemone.deviations import DEVIATIONS
-from sr_control.systemone.generated.fields import SPECS, STANDARD_ASSET_FORMATS, STANDARD_QUESTIONS
-from sr_control.systemone.generated.strip import REFUSE
-from sr_control.systemone.ir import Batch, ItemResult, Listing, Reply, Request, items
-from sr_control.systemone.jsontext import JsonObject, Number, dumpb
-from sr_control.systemone.listener import LONG_CONTEXT_HEADER
-from sr_control.systemone.replies import decode_error, decode_listing, decode_reply
-from sr_control.systemone.writing import request_doc
+from systemone.errors import DeadlineExceeded, ErrorInfo
+from systemone.deviations import DEVIATIONS
+from systemone.generated.fields import SPECS, STANDARD_ASSET_FORMATS, STANDARD_QUESTIONS
+from systemone.generated.strip import REFUSE
+from systemone.ir import Batch, ItemResult, Listing, Reply, Request, items
+from systemone.jsontext import JsonObject, Number, dumpb
+from systemone.listener import LONG_CONTEXT_HEADER
+from systemone.replies import decode_error, decode_listing, decode_reply
+from systemone.writing import request_doc
 
 LISTING_PATH = "/v1/models"
 

@@ -21,11 +21,11 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from sr_control.systemone.errors import UnsupportedCapability
-from sr_control.systemone.generated.fields import IMPLICIT_ROLES, PRESETS
-from sr_control.systemone.generated.strip import REFUSE, STRIP
-from sr_control.systemone.ir import MISSING, Batch, Question, Request
-from sr_control.systemone.jsontext import JsonObject, dumpb_content, dumps_layout, freeze
+from systemone.errors import UnsupportedCapability
+from systemone.generated.fields import IMPLICIT_ROLES, PRESETS
+from systemone.generated.strip import REFUSE, STRIP
+from systemone.ir import MISSING, Batch, Question, Request
+from systemone.jsontext import JsonObject, dumpb_content, dumps_layout, freeze
 
 _REQUEST_ORDER = ("model", "state", "states", "roles", "questions", "assets", "images", "videos", "media", "options")
 _INLINE = {"image": ("images", "⟦img-{}⟧"), "video": ("videos", "⟦vid-{}⟧")}

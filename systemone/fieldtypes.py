@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from sr_control.systemone.jsontext import JsonObject, Number
+from systemone.jsontext import JsonObject, Number
 
 Problem = tuple[tuple[str | int, ...], str, str]
 

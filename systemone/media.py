@@ -9,12 +9,12 @@ from collections.abc import Collection, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from sr_control.systemone.errors import DetailItem, loc_text
-from sr_control.systemone.found import Found, Loc, check_members
-from sr_control.systemone.generated import fields as F
-from sr_control.systemone.ir import Asset, Batch, Question, Request, items
-from sr_control.systemone.jsontext import strings
-from sr_control.systemone.rules import Reading
+from systemone.errors import DetailItem, loc_text
+from systemone.found import Found, Loc, check_members
+from systemone.generated import fields as F
+from systemone.ir import Asset, Batch, Question, Request, items
+from systemone.jsontext import strings
+from systemone.rules import Reading
 
 _IMG, _VID = "⟦img-{}⟧", "⟦vid-{}⟧"
 

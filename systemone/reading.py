@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sr_control.systemone import fastread
-from sr_control.systemone.errors import (
+from systemone import fastread
+from systemone.errors import (
     MAX_BODY_BYTES,
     DetailItem,
     InvalidRequest,
@@ -35,13 +35,13 @@ from sr_control.systemone.errors import (
     UnknownMembers,
     ValidationFailed,
 )
-from sr_control.systemone.found import Found, Loc, check_members
-from sr_control.systemone.generated import fields as F
-from sr_control.systemone.ir import IMPLICIT, MISSING, NO_ROLES, Batch, Endpoint, Request, Roles, frozen_map
-from sr_control.systemone.jsontext import DECLINED, DuplicateMember, Json, JsonObject, JsonTextError, as_content, read_plain, read_shape, stdlib_loads
-from sr_control.systemone.media import inline_media, media_split, read_assets, read_media_member
-from sr_control.systemone.questions import read_questions
-from sr_control.systemone.rules import READINGS, Reading
+from systemone.found import Found, Loc, check_members
+from systemone.generated import fields as F
+from systemone.ir import IMPLICIT, MISSING, NO_ROLES, Batch, Endpoint, Request, Roles, frozen_map
+from systemone.jsontext import DECLINED, DuplicateMember, Json, JsonObject, JsonTextError, as_content, read_plain, read_shape, stdlib_loads
+from systemone.media import inline_media, media_split, read_assets, read_media_member
+from systemone.questions import read_questions
+from systemone.rules import READINGS, Reading
 
 __all__ = ["READINGS", "Reading", "parse_json", "read_body", "read_doc"]
 _ROLES_TYPE = F.EXTENSION_FIELDS["request.roles"]["type"]
