@@ -37,7 +37,11 @@ from sr_runtime.loader import load_engine
 from sr_runtime.request import read_request
 
 DATA = Path(__file__).with_name("data")
-PARTS = {"dev": DATA / "builtin-dev.jsonl", "heldout": DATA / "builtin-heldout.jsonl", "legacy": DATA / "labelled.jsonl"}
+PARTS = {
+    "dev": DATA / "builtin-dev.jsonl",
+    "heldout": DATA / "builtin-heldout.jsonl",
+    "legacy": DATA / "labelled.jsonl",
+}
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "requests"
 TYPES = ("noul", "choice", "score")
 
@@ -111,7 +115,9 @@ def evaluate(name: str, device: str, parts: list[str], noul_model: Path | None =
             right[row["type"]] += decision(answer) == row["label"]
         for kind in TYPES:
             low, high = wilson(right[kind], count[kind])
-            print(f"| {part} | {kind} | {count[kind]} | {right[kind] / count[kind]:.1%} | {low:.0%}-{high:.0%} | {base[kind]:.1%} |")
+            print(
+                f"| {part} | {kind} | {count[kind]} | {right[kind] / count[kind]:.1%} | {low:.0%}-{high:.0%} | {base[kind]:.1%} |"
+            )
     print(f"\n{took / timed * 1000:.0f} ms per one-question request on average ({timed} requests)")
     for label, file in (("seed 002 curl example", "seed-002-curl.json"), ("seed 002 request", "seed-002-request.json")):
         parsed = read_request(json.loads((EXAMPLES / file).read_text()))
@@ -135,7 +141,10 @@ def fit_default() -> None:
 
     noul = [r for r in rows if r["type"] == "noul"]
     feats = [
-        (cos(render_text(r["state"]), (r["instructions"] + " " + (r.get("criteria") or {}).get("true", "")).strip()), r["label"])
+        (
+            cos(render_text(r["state"]), (r["instructions"] + " " + (r.get("criteria") or {}).get("true", "")).strip()),
+            r["label"],
+        )
         for r in noul
     ]
 
@@ -143,9 +152,16 @@ def fit_default() -> None:
         return max(sorted({x for x, _ in train}), key=lambda t: sum((x >= t) == y for x, y in train))
 
     folds = 5
-    held = sum((x >= best([f for j, f in enumerate(feats) if j % folds != i])) == y for i in range(folds) for j, (x, y) in enumerate(feats) if j % folds == i)
-    print(f"\n## default: fitted constants\n\nnoul threshold fitted on all {len(feats)}: {best(feats):.3f} (in code: {NOUL_THRESHOLD}); "
-          f"5-fold cross-validated accuracy of the relevance reading: {held / len(feats):.0%}")
+    held = sum(
+        (x >= best([f for j, f in enumerate(feats) if j % folds != i])) == y
+        for i in range(folds)
+        for j, (x, y) in enumerate(feats)
+        if j % folds == i
+    )
+    print(
+        f"\n## default: fitted constants\n\nnoul threshold fitted on all {len(feats)}: {best(feats):.3f} (in code: {NOUL_THRESHOLD}); "
+        f"5-fold cross-validated accuracy of the relevance reading: {held / len(feats):.0%}"
+    )
 
     def loss(t: float) -> float:
         total = 0.0
@@ -167,8 +183,11 @@ def fit_default() -> None:
         return total
 
     grid = [0.01, 0.02, 0.03, 0.05, 0.08, 0.1, 0.2]
-    print("choice/score log-loss by softmax temperature: " + ", ".join(f"{t}: {loss(t):.1f}" for t in grid)
-          + f" (in code: {CHOICE_TEMPERATURE})")
+    print(
+        "choice/score log-loss by softmax temperature: "
+        + ", ".join(f"{t}: {loss(t):.1f}" for t in grid)
+        + f" (in code: {CHOICE_TEMPERATURE})"
+    )
 
 
 def logistic(samples: list[tuple[float, bool]]) -> tuple[float, float]:
@@ -211,14 +230,26 @@ def fit_nli(noul_model: Path | None = None) -> None:
         fallback.append((ds[-1], row["label"]))
     fitted = {}
     for name, samples, constants, keys in (
-        ("statement against negation (and criteria)", main, (reader.fit.threshold, reader.fit.temperature), ("threshold", "temperature")),
-        ("fallback, <question> Yes. against <question> No.", fallback, (reader.fit.fallback_threshold, reader.fit.fallback_temperature), ("fallback_threshold", "fallback_temperature")),
+        (
+            "statement against negation (and criteria)",
+            main,
+            (reader.fit.threshold, reader.fit.temperature),
+            ("threshold", "temperature"),
+        ),
+        (
+            "fallback, <question> Yes. against <question> No.",
+            fallback,
+            (reader.fit.fallback_threshold, reader.fit.fallback_temperature),
+            ("fallback_threshold", "fallback_temperature"),
+        ),
     ):
         threshold, temperature = logistic(samples)
         fitted.update(zip(keys, (round(threshold, 3), round(temperature, 3))))
         right = sum((d >= threshold) == label for d, label in samples)
-        print(f"NLI {name}: threshold {threshold:.3f}, temperature {temperature:.3f} (in use: {constants[0]}, {constants[1]}); "
-              f"{right}/{len(samples)} right at the threshold")
+        print(
+            f"NLI {name}: threshold {threshold:.3f}, temperature {temperature:.3f} (in use: {constants[0]}, {constants[1]}); "
+            f"{right}/{len(samples)} right at the threshold"
+        )
     if noul_model is not None:
         print(f"\n{CALIBRATION} beside the model: {json.dumps(fitted)}")
 
@@ -271,7 +302,9 @@ def timing(noul_model: Path | None, runs: int) -> None:
         server.terminate()
         server.wait(30)
     p50, p99 = np.percentile(took, [50, 99])
-    print(f"\nthrough vllm-srun serve default: one-question noul request p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(took)} requests (target p50 <= 60 ms)")
+    print(
+        f"\nthrough vllm-srun serve default: one-question noul request p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(took)} requests (target p50 <= 60 ms)"
+    )
     print(f"64 noul questions in one request: {min(big):.2f}-{max(big):.2f} s over {len(big)} runs (target <= 3 s)")
 
 
@@ -280,9 +313,17 @@ def main() -> None:
     parser.add_argument("--models", default="default,smollm2-135m")
     parser.add_argument("--parts", default="dev,heldout", help="any of dev, heldout, legacy")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--fit", action="store_true", help="refit default's constants on legacy and dev (and evaluate nothing)")
+    parser.add_argument(
+        "--fit", action="store_true", help="refit default's constants on legacy and dev (and evaluate nothing)"
+    )
     parser.add_argument("--noul-model", type=Path, help="default's noul reader: an .onnx file or a Hugging Face folder")
-    parser.add_argument("--timing", type=int, default=100, metavar="N", help="time N one-question noul requests and a 64-question one (0: skip)")
+    parser.add_argument(
+        "--timing",
+        type=int,
+        default=100,
+        metavar="N",
+        help="time N one-question noul requests and a 64-question one (0: skip)",
+    )
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # rows appear as they are measured
     if args.fit:

@@ -35,13 +35,20 @@ def request_body() -> bytes:
         kind = ("choice", "noul", "score", "noul")[i % 4]
         q: dict[str, object] = {"type": kind, "instructions": f"Question {i}: which way does the message lean?"}
         if kind == "choice":
-            q["criteria"] = {"billing": "Payments, invoices and refunds", "engineering": "Outages, errors and bugs", "other": None}
+            q["criteria"] = {
+                "billing": "Payments, invoices and refunds",
+                "engineering": "Outages, errors and bugs",
+                "other": None,
+            }
         elif kind == "score":
             q["criteria"] = ["calm", "annoyed", "angry", "furious"]
         questions[f"q{i}"] = q
     doc = {
         "model": "vllm-sr/vela3-fast",
-        "state": {"request": "Our export button fails with a 500 since this morning. " * 20, "history": "How do I export invoices as CSV?"},
+        "state": {
+            "request": "Our export button fails with a 500 since this morning. " * 20,
+            "history": "How do I export invoices as CSV?",
+        },
         "roles": {"request": "user", "history": "context"},
         "questions": questions,
         "options": {"deadline_ms": 1500},
@@ -62,18 +69,37 @@ def reply_body(model: str = "vela3-fast") -> bytes:
         kind = ("choice", "noul", "score", "noul")[i % 4]
         if kind == "choice":
             p = probabilities(["billing", "engineering", "other"])
-            answers[f"q{i}"] = {"type": "choice", "choice": max(p, key=p.__getitem__), "probabilities": p, "confidence": rng.random()}
+            answers[f"q{i}"] = {
+                "type": "choice",
+                "choice": max(p, key=p.__getitem__),
+                "probabilities": p,
+                "confidence": rng.random(),
+            }
         elif kind == "noul":
             answers[f"q{i}"] = {"type": "noul", "noul": rng.random()}
         else:
             p = probabilities(["0", "1", "2", "3"])
             legend = dict(zip(p, ["calm", "annoyed", "angry", "furious"]))
-            answers[f"q{i}"] = {"type": "score", "score": sum(int(k) * v for k, v in p.items()), "legend": legend, "probabilities": p, "confidence": rng.random()}
+            answers[f"q{i}"] = {
+                "type": "score",
+                "score": sum(int(k) * v for k, v in p.items()),
+                "legend": legend,
+                "probabilities": p,
+                "confidence": rng.random(),
+            }
     return json.dumps({"model": model, "answers": answers, "usage": {"input_tokens": 412, "output_tokens": 0}}).encode()
 
 
 def upstream_error_body() -> bytes:
-    detail = [{"loc": ["body", "questions", f"q{i}", "choice", "criteria"], "msg": "needs at least 2 entries, not 1", "type": "too_short", "ctx": {"min_length": 2}} for i in (0, 4)]
+    detail = [
+        {
+            "loc": ["body", "questions", f"q{i}", "choice", "criteria"],
+            "msg": "needs at least 2 entries, not 1",
+            "type": "too_short",
+            "ctx": {"min_length": 2},
+        }
+        for i in (0, 4)
+    ]
     return json.dumps({"detail": detail, "code": "invalid_request", "reason": "validation_failed"}).encode()
 
 

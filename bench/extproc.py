@@ -48,19 +48,68 @@ BIN = Path(sys.executable).parent
 TARGET_ADDED_MS = 0.3
 QUESTIONS = {
     "urgent": {"type": "noul", "instructions": "Does the user report a problem that blocks their work?"},
-    "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "Payments", "engineering": "Outages and bugs", "other": None}},
+    "team": {
+        "type": "choice",
+        "instructions": "Which team?",
+        "criteria": {"billing": "Payments", "engineering": "Outages and bugs", "other": None},
+    },
     "anger": {"type": "score", "instructions": "How angry?", "criteria": ["calm", "annoyed", "furious"]},
     "refund": {"type": "noul", "instructions": "Does the user ask for money back?"},
 }
-REQUEST = json.dumps({"model": "d3", "state": {"request": "Our export button fails with a 500 since this morning. Open a ticket.", "history": "How do I export invoices?"},
-                      "roles": {"request": "user", "history": "context"}, "questions": QUESTIONS, "options": {"deadline_ms": 1500}}).encode()
-REPLY = json.dumps({"model": "d3", "answers": {
-    "urgent": {"type": "noul", "noul": 0.88},
-    "team": {"type": "choice", "choice": "engineering", "probabilities": {"billing": 0.04, "engineering": 0.93, "other": 0.03}, "confidence": 0.895},
-    "anger": {"type": "score", "score": 1.1, "legend": {"0": "calm", "1": "annoyed", "2": "furious"}, "probabilities": {"0": 0.2, "1": 0.5, "2": 0.3}, "confidence": 0.4},
-    "refund": {"type": "noul", "noul": 0.05}}, "usage": {"input_tokens": 212, "output_tokens": 0}}).encode()
-CARD = json.dumps({"models": [{"name": "d3", "description": "canned", "release_date": "2026-01-01", "version": "5.0", "features": ["noul", "choice", "score"],
-                               "card": {"question_types": ["noul", "choice", "score"], "modalities": ["text"], "presets": [], "limits": {"max_options": 255, "min_levels": 2, "max_levels": 10, "max_input_tokens": 16384}}}]}).encode()
+REQUEST = json.dumps(
+    {
+        "model": "d3",
+        "state": {
+            "request": "Our export button fails with a 500 since this morning. Open a ticket.",
+            "history": "How do I export invoices?",
+        },
+        "roles": {"request": "user", "history": "context"},
+        "questions": QUESTIONS,
+        "options": {"deadline_ms": 1500},
+    }
+).encode()
+REPLY = json.dumps(
+    {
+        "model": "d3",
+        "answers": {
+            "urgent": {"type": "noul", "noul": 0.88},
+            "team": {
+                "type": "choice",
+                "choice": "engineering",
+                "probabilities": {"billing": 0.04, "engineering": 0.93, "other": 0.03},
+                "confidence": 0.895,
+            },
+            "anger": {
+                "type": "score",
+                "score": 1.1,
+                "legend": {"0": "calm", "1": "annoyed", "2": "furious"},
+                "probabilities": {"0": 0.2, "1": 0.5, "2": 0.3},
+                "confidence": 0.4,
+            },
+            "refund": {"type": "noul", "noul": 0.05},
+        },
+        "usage": {"input_tokens": 212, "output_tokens": 0},
+    }
+).encode()
+CARD = json.dumps(
+    {
+        "models": [
+            {
+                "name": "d3",
+                "description": "canned",
+                "release_date": "2026-01-01",
+                "version": "5.0",
+                "features": ["noul", "choice", "score"],
+                "card": {
+                    "question_types": ["noul", "choice", "score"],
+                    "modalities": ["text"],
+                    "presets": [],
+                    "limits": {"max_options": 255, "min_levels": 2, "max_levels": 10, "max_input_tokens": 16384},
+                },
+            }
+        ]
+    }
+).encode()
 HEALTH = b'{"status": "ready", "ready": true, "api_version": "5.0.0", "model": "d3", "schema": "vllm-sr/5.0"}'
 
 
@@ -83,7 +132,10 @@ def canned_upstream(port: int) -> None:
                 body = {"/health": HEALTH, "/v1/models": CARD}.get(path, REPLY)
                 # A runtime's word that its decisions reply answers every question (REPLY does).
                 whole = b"x-vsr-reply: whole\r\n" if body is REPLY else b""
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n%scontent-length: %d\r\n\r\n%s" % (whole, len(body), body))
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n%scontent-length: %d\r\n\r\n%s"
+                    % (whole, len(body), body)
+                )
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
@@ -103,13 +155,25 @@ def echo_extproc(port: int, cluster: str) -> None:
     from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
     overwrite = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
-    route = pb.ProcessingResponse(request_body=pb.BodyResponse(response=pb.CommonResponse(
-        header_mutation=pb.HeaderMutation(set_headers=[
-            base_pb2.HeaderValueOption(header=base_pb2.HeaderValue(key="x-vsr-cluster", raw_value=cluster.encode()), append_action=overwrite),
-            base_pb2.HeaderValueOption(header=base_pb2.HeaderValue(key=":path", raw_value=b"/v1/decisions"), append_action=overwrite),
-        ]),
-        clear_route_cache=True,
-    )))
+    route = pb.ProcessingResponse(
+        request_body=pb.BodyResponse(
+            response=pb.CommonResponse(
+                header_mutation=pb.HeaderMutation(
+                    set_headers=[
+                        base_pb2.HeaderValueOption(
+                            header=base_pb2.HeaderValue(key="x-vsr-cluster", raw_value=cluster.encode()),
+                            append_action=overwrite,
+                        ),
+                        base_pb2.HeaderValueOption(
+                            header=base_pb2.HeaderValue(key=":path", raw_value=b"/v1/decisions"),
+                            append_action=overwrite,
+                        ),
+                    ]
+                ),
+                clear_route_cache=True,
+            )
+        )
+    )
     answers = {
         "request_headers": pb.ProcessingResponse(request_headers=pb.HeadersResponse()),
         "request_body": route,
@@ -227,7 +291,9 @@ def p(values: list[float], q: float) -> float:
 class Stack:
     """A control plane, an ext_proc server and Envoy on one config whose member is ``upstream``."""
 
-    def __init__(self, directory: Path, name: str, upstream: str, sidecar_cmd: list[str] | None, sidecar_port: int) -> None:
+    def __init__(
+        self, directory: Path, name: str, upstream: str, sidecar_cmd: list[str] | None, sidecar_port: int
+    ) -> None:
         self.directory = directory / name
         self.directory.mkdir()
         self.port = free_port()
@@ -250,9 +316,34 @@ listeners:
         if sidecar_cmd is not None:
             self.start_sidecar(sidecar_cmd)
         boot = self.directory / "bootstrap.yaml"
-        boot.write_text(to_yaml(to_dict(bootstrap(Settings(xds=Address("127.0.0.1", self.plane.port), sidecar=self.settings.sidecar, admin=self.settings.admin)))))
-        self.envoy = subprocess.Popen([envoy_binary(), "-c", str(boot), "--base-id", str(free_port()), "--log-level", "error", "--concurrency", "2"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        boot.write_text(
+            to_yaml(
+                to_dict(
+                    bootstrap(
+                        Settings(
+                            xds=Address("127.0.0.1", self.plane.port),
+                            sidecar=self.settings.sidecar,
+                            admin=self.settings.admin,
+                        )
+                    )
+                )
+            )
+        )
+        self.envoy = subprocess.Popen(
+            [
+                envoy_binary(),
+                "-c",
+                str(boot),
+                "--base-id",
+                str(free_port()),
+                "--log-level",
+                "error",
+                "--concurrency",
+                "2",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
         wait_http(f"http://127.0.0.1:{self.settings.admin.port}/ready")
         self.wait_routes()
 
@@ -261,7 +352,20 @@ listeners:
             self.sidecar.send_signal(signal.SIGTERM)
             self.sidecar.wait(30)
         status = free_port()
-        cmd = [str(BIN / "vllm-sr"), "--log-level", "warning", "extproc", "serve", "--xds", f"127.0.0.1:{self.plane.port}", "--port", str(self.sidecar_port), "--status-port", str(status), *args]
+        cmd = [
+            str(BIN / "vllm-sr"),
+            "--log-level",
+            "warning",
+            "extproc",
+            "serve",
+            "--xds",
+            f"127.0.0.1:{self.plane.port}",
+            "--port",
+            str(self.sidecar_port),
+            "--status-port",
+            str(status),
+            *args,
+        ]
         self.sidecar = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         wait_http(f"http://127.0.0.1:{status}/healthz")
 
@@ -310,22 +414,40 @@ def main() -> None:
             stacks = [(bare.port, [echo.pid]), (ours.port, [ours.sidecar.pid]), (direct.port, [direct.sidecar.pid])]
             (bare_ms, ours_ms, direct_ms), (bare_cpu, ours_cpu, direct_cpu) = interleaved(stacks, n)
             direct.stop()
-            print(f"4-question request through Envoy, {n} sequential requests (in 5 rounds, the three stacks taking turns, each after a warm-up); canned member")
+            print(
+                f"4-question request through Envoy, {n} sequential requests (in 5 rounds, the three stacks taking turns, each after a warm-up); canned member"
+            )
             print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-            print(f"{'':38s} {'p50 ms':>8s} {'p99 ms':>8s} {'p50 added':>10s} {'p99 added':>10s} {'ext_proc CPU ms/req':>20s}")
-            rows = (("bare ext_proc (names the cluster)", bare_ms, bare_cpu), ("sidecar, Envoy forwards", ours_ms, ours_cpu), ("sidecar calls the member (default)", direct_ms, direct_cpu))
+            print(
+                f"{'':38s} {'p50 ms':>8s} {'p99 ms':>8s} {'p50 added':>10s} {'p99 added':>10s} {'ext_proc CPU ms/req':>20s}"
+            )
+            rows = (
+                ("bare ext_proc (names the cluster)", bare_ms, bare_cpu),
+                ("sidecar, Envoy forwards", ours_ms, ours_cpu),
+                ("sidecar calls the member (default)", direct_ms, direct_cpu),
+            )
             for label, ms, cpu in rows:
-                added = f"{'':10s} {'':10s}" if ms is bare_ms else f"{p(ms, 50) - p(bare_ms, 50):10.3f} {p(ms, 99) - p(bare_ms, 99):10.3f}"
+                added = (
+                    f"{'':10s} {'':10s}"
+                    if ms is bare_ms
+                    else f"{p(ms, 50) - p(bare_ms, 50):10.3f} {p(ms, 99) - p(bare_ms, 99):10.3f}"
+                )
                 print(f"{label:38s} {p(ms, 50):8.3f} {p(ms, 99):8.3f} {added} {cpu:20.3f}")
             print(f"target: at most {TARGET_ADDED_MS} ms p50 added over the bare ext_proc")
-            print(f"CPU the sidecar adds per request (a sequential client waits for it; load from outside cannot inflate it much): {ours_cpu - bare_cpu:.3f} ms (Envoy forwards), {direct_cpu - bare_cpu:.3f} ms (calls the member itself)")
+            print(
+                f"CPU the sidecar adds per request (a sequential client waits for it; load from outside cannot inflate it much): {ours_cpu - bare_cpu:.3f} ms (Envoy forwards), {direct_cpu - bare_cpu:.3f} ms (calls the member itself)"
+            )
 
-            print(f"\nthroughput, 8 client processes on keep-alive connections, {args.seconds:.0f} s each (the sidecar on its default, --forwarding auto)")
+            print(
+                f"\nthroughput, 8 client processes on keep-alive connections, {args.seconds:.0f} s each (the sidecar on its default, --forwarding auto)"
+            )
             print(f"  bare ext_proc:              {throughput(bare.port, args.seconds):8.0f} req/s")
             for workers in (1, 2):
                 ours.start_sidecar(["--workers", str(workers)])  # the default forwarding: auto
                 ours.wait_routes()
-                print(f"  sidecar, {workers} worker{'s' if workers > 1 else ' '}:          {throughput(ours.port, args.seconds):8.0f} req/s")
+                print(
+                    f"  sidecar, {workers} worker{'s' if workers > 1 else ' '}:          {throughput(ours.port, args.seconds):8.0f} req/s"
+                )
         finally:
             for stack in (direct, ours, bare):
                 stack.stop()
@@ -340,7 +462,11 @@ def whole_path(directory: Path, n: int) -> None:
 
     folder = create(directory / "d3", "llama-prefix-bidir", seed=0)
     port = free_port()
-    runtime = subprocess.Popen([str(BIN / "vllm-srun"), "serve", str(folder), "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    runtime = subprocess.Popen(
+        [str(BIN / "vllm-srun"), "serve", str(folder), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait_http(f"http://127.0.0.1:{port}/health", timeout=180)
         stack = Stack(directory, "runtime", f"http://127.0.0.1:{port}", [], free_port())
@@ -354,7 +480,9 @@ def whole_path(directory: Path, n: int) -> None:
         runtime.wait(30)
     print(f"\nwhole path, tiny checkpoint, {n} sequential 4-question requests")
     print(f"  runtime directly:           p50 {p(direct, 50):7.3f} ms  p99 {p(direct, 99):7.3f} ms")
-    print(f"  through the listener:       p50 {p(listener, 50):7.3f} ms  p99 {p(listener, 99):7.3f} ms  ({p(listener, 50) / p(direct, 50):.2f}x the runtime's p50)")
+    print(
+        f"  through the listener:       p50 {p(listener, 50):7.3f} ms  p99 {p(listener, 99):7.3f} ms  ({p(listener, 50) / p(direct, 50):.2f}x the runtime's p50)"
+    )
 
 
 if __name__ == "__main__":

@@ -38,7 +38,18 @@ from sr_runtime.presets import create  # noqa: E402
 from tests.extproc.harness import Runtime  # noqa: E402
 from tests.reliability.front import batch, front  # noqa: E402
 from tests.reliability.parts import ASK, Figures, peak_rss, post, stack, write  # noqa: E402
-from tests.reliability.runtime_scenarios import OVER, TUNED_FLAGS, Tuned, bad_input, chunked, exchange, head_of, overload, repeated, wait_ready  # noqa: E402
+from tests.reliability.runtime_scenarios import (
+    OVER,
+    TUNED_FLAGS,
+    Tuned,
+    bad_input,
+    chunked,
+    exchange,
+    head_of,
+    overload,
+    repeated,
+    wait_ready,
+)  # noqa: E402
 from tests.reliability.scenarios import invalid_edits, xds_restart  # noqa: E402
 
 MiB = 2**20
@@ -72,7 +83,10 @@ def restarts(directory: Path, member: Runtime, count: int) -> None:
 def edits(directory: Path, member: Runtime) -> None:
     with stack(directory / "edits", member, in_process=True) as s:
         r = invalid_edits(s)
-    refused = ", ".join(f"{x.edit}: {x.result} at line {x.problems[0]['line'] if x.problems else '?'}{'' if x.still_acked else ' (PUSHED)'}" for x in r.refusals)
+    refused = ", ".join(
+        f"{x.edit}: {x.result} at line {x.problems[0]['line'] if x.problems else '?'}{'' if x.still_acked else ' (PUSHED)'}"
+        for x in r.refusals
+    )
     row("invalid edits", r.figures, f"{refused}; next valid edit served: {r.next_valid_served}")
 
 
@@ -81,7 +95,11 @@ def bad(directory: Path, tiny: Path, examples: int) -> None:
     try:
         r = bad_input(runtime, examples=examples, seed=None)
         statuses = " ".join(f"{k}:{v}" for k, v in sorted(r.statuses.items()))
-        row("runtime bad input", r.figures, f"statuses {statuses}; alive after: {r.alive}; peak RSS {r.rss_before / MiB:.0f} MiB loaded -> {r.rss_peak / MiB:.0f} MiB")
+        row(
+            "runtime bad input",
+            r.figures,
+            f"statuses {statuses}; alive after: {r.alive}; peak RSS {r.rss_before / MiB:.0f} MiB loaded -> {r.rss_peak / MiB:.0f} MiB",
+        )
         for f in r.failures[:5]:
             print(f"    failed: {f.case} {f.status} {f.error} {f.body[:200]!r}")
         # Four chunked bodies over 32 MiB at once: what the limit costs in memory when several arrive.
@@ -89,7 +107,16 @@ def bad(directory: Path, tiny: Path, examples: int) -> None:
 
         def big() -> None:
             # chunked: no length to refuse up front, so the server reads up to the limit
-            answers.append(exchange(runtime.port, "big", head_of("/v1/systemone", [("content-type", "application/json"), ("transfer-encoding", "chunked")], None), chunked(repeated(b" " * MiB, OVER))).status)
+            answers.append(
+                exchange(
+                    runtime.port,
+                    "big",
+                    head_of(
+                        "/v1/systemone", [("content-type", "application/json"), ("transfer-encoding", "chunked")], None
+                    ),
+                    chunked(repeated(b" " * MiB, OVER)),
+                ).status
+            )
 
         threads = [threading.Thread(target=big) for _ in range(4)]
         started = time.monotonic()
@@ -97,8 +124,11 @@ def bad(directory: Path, tiny: Path, examples: int) -> None:
             t.start()
         for t in threads:
             t.join(120)
-        row("runtime, 4 chunked bodies over 32 MiB at once", Figures(len(answers), sum(a != 413 for a in answers), time.monotonic() - started),
-            f"statuses {sorted(answers)}; peak RSS {peak_rss(runtime.pid) / MiB:.0f} MiB")
+        row(
+            "runtime, 4 chunked bodies over 32 MiB at once",
+            Figures(len(answers), sum(a != 413 for a in answers), time.monotonic() - started),
+            f"statuses {sorted(answers)}; peak RSS {peak_rss(runtime.pid) / MiB:.0f} MiB",
+        )
     finally:
         runtime.stop()
 
@@ -108,8 +138,11 @@ def overloaded(directory: Path, tiny: Path, bursts: int, clients: int) -> None:
     try:
         r = overload(runtime, clients=clients, bursts=bursts, after=20)
         statuses = " ".join(f"{k}:{v}" for k, v in sorted(r.statuses.items()))
-        row(f"runtime overload ({bursts} bursts of {clients}, {' '.join(TUNED_FLAGS)})", r.burst,
-            f"statuses {statuses}; longest 529 {r.longest_529_s * 1000:.0f} ms, longest 200 {r.longest_200_s * 1000:.0f} ms")
+        row(
+            f"runtime overload ({bursts} bursts of {clients}, {' '.join(TUNED_FLAGS)})",
+            r.burst,
+            f"statuses {statuses}; longest 529 {r.longest_529_s * 1000:.0f} ms, longest 200 {r.longest_200_s * 1000:.0f} ms",
+        )
         row("runtime after the bursts, one client", r.after)
     finally:
         runtime.stop()
@@ -145,6 +178,7 @@ def head_of_line(directory: Path, samples: int) -> None:
                 busy: list[float] = []
                 batches: list[tuple[int, float]] = []
                 while len(busy) < samples:
+
                     def big() -> None:
                         sent = time.monotonic()
                         status = post(port, batch(200), path="/v1/systemone/batch", timeout=600).status
@@ -170,12 +204,21 @@ def head_of_line(directory: Path, samples: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--restarts", type=int, default=2, help="control-plane restarts per ADS protocol (alternately edited and unchanged)")
+    parser.add_argument(
+        "--restarts",
+        type=int,
+        default=2,
+        help="control-plane restarts per ADS protocol (alternately edited and unchanged)",
+    )
     parser.add_argument("--examples", type=int, default=1000, help="hypothesis requests against the runtime")
     parser.add_argument("--bursts", type=int, default=5)
     parser.add_argument("--clients", type=int, default=32, help="requests released at once per burst")
-    parser.add_argument("--samples", type=int, default=200, help="one-question requests timed idle, and again beside batches")
-    parser.add_argument("--only", default="restarts,edits,bad,overload,hol", help="the scenarios to run, comma-separated")
+    parser.add_argument(
+        "--samples", type=int, default=200, help="one-question requests timed idle, and again beside batches"
+    )
+    parser.add_argument(
+        "--only", default="restarts,edits,bad,overload,hol", help="the scenarios to run, comma-separated"
+    )
     args = parser.parse_args()
     only = set(args.only.split(","))
     with tempfile.TemporaryDirectory(prefix="vsr-reliability-") as tmp:

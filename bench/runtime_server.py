@@ -35,8 +35,16 @@ from sr_runtime.presets import CORPUS, create
 VLLM_SRUN = str(Path(sys.executable).with_name("vllm-srun"))
 QUESTIONS = {
     "urgent": {"type": "noul", "instructions": "Does the user report a problem that blocks their work?"},
-    "team": {"type": "choice", "instructions": "Which team should handle this?", "criteria": {"billing": "Payments", "engineering": "Outages and bugs", "other": None}},
-    "anger": {"type": "score", "instructions": "How angry is the customer?", "criteria": ["calm", "annoyed", "angry", "furious"]},
+    "team": {
+        "type": "choice",
+        "instructions": "Which team should handle this?",
+        "criteria": {"billing": "Payments", "engineering": "Outages and bugs", "other": None},
+    },
+    "anger": {
+        "type": "score",
+        "instructions": "How angry is the customer?",
+        "criteria": ["calm", "annoyed", "angry", "furious"],
+    },
     "refund": {"type": "noul", "instructions": "Does the customer ask for money back?"},
 }
 
@@ -127,7 +135,9 @@ def percentile(values: list[float], p: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1] if len(values) > 1 else values[0]
 
 
-def run(folder: Path, args: argparse.Namespace, reuse: str, counts: list[int], pool: list[str], label: str, workers: int = 1) -> dict[int, tuple[int, float]]:
+def run(
+    folder: Path, args: argparse.Namespace, reuse: str, counts: list[int], pool: list[str], label: str, workers: int = 1
+) -> dict[int, tuple[int, float]]:
     """One server, a row for each client count; {clients: (req/s, p99 s)}.
 
     The client counts take turns in `--rounds` short windows, so a change in what else the
@@ -137,12 +147,34 @@ def run(folder: Path, args: argparse.Namespace, reuse: str, counts: list[int], p
     calls = {c: 0.0 for c in counts}
     answered = {c: 0.0 for c in counts}
     misses = {c: 0.0 for c in counts}
-    with Server(str(folder), "--device", args.device, "--state-cache-mb", "512" if reuse == "on" else "0", "--workers", str(workers)) as server:
+    with Server(
+        str(folder),
+        "--device",
+        args.device,
+        "--state-cache-mb",
+        "512" if reuse == "on" else "0",
+        "--workers",
+        str(workers),
+    ) as server:
         for _ in range(args.rounds):
             for clients in counts:
-                before = [server.metric(m) for m in ("vsr_runtime_pass_requests_count", "vsr_runtime_pass_requests_sum", "vsr_runtime_state_cache_misses_total")]
+                before = [
+                    server.metric(m)
+                    for m in (
+                        "vsr_runtime_pass_requests_count",
+                        "vsr_runtime_pass_requests_sum",
+                        "vsr_runtime_state_cache_misses_total",
+                    )
+                ]
                 rate, window = asyncio.run(load(server.url, clients, args.seconds / args.rounds, pool))
-                after = [server.metric(m) for m in ("vsr_runtime_pass_requests_count", "vsr_runtime_pass_requests_sum", "vsr_runtime_state_cache_misses_total")]
+                after = [
+                    server.metric(m)
+                    for m in (
+                        "vsr_runtime_pass_requests_count",
+                        "vsr_runtime_pass_requests_sum",
+                        "vsr_runtime_state_cache_misses_total",
+                    )
+                ]
                 rates[clients].append(rate)
                 latencies[clients] += window
                 calls[clients] += after[0] - before[0]
@@ -156,8 +188,11 @@ def run(folder: Path, args: argparse.Namespace, reuse: str, counts: list[int], p
         computed = misses[clients] / max(1, len(seen))
         p99 = percentile(seen, 99)
         out[clients] = (rate, p99)
-        print(f"| {label} | {reuse} | {clients} | {rate} ({min(rates[clients])}-{max(rates[clients])}) | {percentile(seen, 50) * 1000:.1f} | {p99 * 1000:.1f} "
-              f"| {per_call:.1f} | {computed:.2f} |", flush=True)
+        print(
+            f"| {label} | {reuse} | {clients} | {rate} ({min(rates[clients])}-{max(rates[clients])}) | {percentile(seen, 50) * 1000:.1f} | {p99 * 1000:.1f} "
+            f"| {per_call:.1f} | {computed:.2f} |",
+            flush=True,
+        )
     return out
 
 
@@ -168,23 +203,40 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds per client count, in --rounds windows")
     parser.add_argument("--rounds", type=int, default=5, help="windows per client count, the counts taking turns")
     parser.add_argument("--states", type=int, default=8)
-    parser.add_argument("--state-words", type=int, default=120, help="words per state (about 4 tokens each in the tiny tokenizer)")
+    parser.add_argument(
+        "--state-words", type=int, default=120, help="words per state (about 4 tokens each in the tiny tokenizer)"
+    )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--workers", type=int, default=2, help="also the tiny checkpoint with state reuse on `vllm-srun serve --workers N` (1: not)")
-    parser.add_argument("--large", default="512x4", help="the larger model: HIDDENxLAYERS of the same preset ('' for none)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="also the tiny checkpoint with state reuse on `vllm-srun serve --workers N` (1: not)",
+    )
+    parser.add_argument(
+        "--large", default="512x4", help="the larger model: HIDDENxLAYERS of the same preset ('' for none)"
+    )
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
     pool = states(args.states, args.state_words)
     top = max(counts)
     with tempfile.TemporaryDirectory() as tmp:
         tiny = create(Path(tmp) / args.preset, args.preset, seed=0)
-        print(f"# vllm-srun serve {args.preset} --device {args.device}: {len(QUESTIONS)} questions a request, "
-              f"{args.states} distinct states of {args.state_words} words, {args.seconds:.0f} s per row in {args.rounds} windows taking turns, {os.cpu_count()} CPUs, "
-              f"load average {os.getloadavg()[0]:.1f}\n")
-        print("| model | state reuse | clients | req/s (median window; range) | p50 ms | p99 ms | requests per engine call | states computed per request |")
+        print(
+            f"# vllm-srun serve {args.preset} --device {args.device}: {len(QUESTIONS)} questions a request, "
+            f"{args.states} distinct states of {args.state_words} words, {args.seconds:.0f} s per row in {args.rounds} windows taking turns, {os.cpu_count()} CPUs, "
+            f"load average {os.getloadavg()[0]:.1f}\n"
+        )
+        print(
+            "| model | state reuse | clients | req/s (median window; range) | p50 ms | p99 ms | requests per engine call | states computed per request |"
+        )
         print("|---|---|---|---|---|---|---|---|")
         rates = {reuse: run(tiny, args, reuse, counts, pool, "tiny") for reuse in ("on", "off")}
-        workers = run(tiny, args, "on", counts, pool, f"tiny, {args.workers} workers", args.workers) if args.workers > 1 else None
+        workers = (
+            run(tiny, args, "on", counts, pool, f"tiny, {args.workers} workers", args.workers)
+            if args.workers > 1
+            else None
+        )
         large = None
         if args.large:
             hidden, layers = (int(x) for x in args.large.split("x"))
@@ -193,19 +245,29 @@ def main() -> None:
         print()
         for reuse in ("on", "off"):
             r = rates[reuse]
-            print(f"tiny, state reuse {reuse}: throughput at {top} clients / at 1 client = {r[top][0] / r[1][0]:.2f}; p99 at {top} clients {r[top][1] * 1000:.0f} ms")
+            print(
+                f"tiny, state reuse {reuse}: throughput at {top} clients / at 1 client = {r[top][0] / r[1][0]:.2f}; p99 at {top} clients {r[top][1] * 1000:.0f} ms"
+            )
         if large is not None:
-            print(f"{args.large}, state reuse on: throughput at {top} clients / at 1 client = {large[top][0] / large[1][0]:.2f}; p99 at {top} clients {large[top][1] * 1000:.0f} ms")
+            print(
+                f"{args.large}, state reuse on: throughput at {top} clients / at 1 client = {large[top][0] / large[1][0]:.2f}; p99 at {top} clients {large[top][1] * 1000:.0f} ms"
+            )
         for clients in counts:
-            print(f"tiny, {clients} clients: throughput with state reuse / without = {rates['on'][clients][0] / rates['off'][clients][0]:.2f}")
+            print(
+                f"tiny, {clients} clients: throughput with state reuse / without = {rates['on'][clients][0] / rates['off'][clients][0]:.2f}"
+            )
         if workers is not None:
-            print(f"tiny, {args.workers} workers, state reuse on: throughput at {top} clients / at 1 client = {workers[top][0] / workers[1][0]:.2f}; "
-                  f"p99 at {top} clients {workers[top][1] * 1000:.0f} ms; at {top} clients {workers[top][0] / rates['on'][top][0]:.2f}x one worker")
+            print(
+                f"tiny, {args.workers} workers, state reuse on: throughput at {top} clients / at 1 client = {workers[top][0] / workers[1][0]:.2f}; "
+                f"p99 at {top} clients {workers[top][1] * 1000:.0f} ms; at {top} clients {workers[top][0] / rates['on'][top][0]:.2f}x one worker"
+            )
         if 1 in counts:
             for label, r in (("one worker", rates["on"]), (f"--workers {args.workers}", workers)):
                 if r is not None:
                     verdict = "meets" if r[top][0] >= 3 * r[1][0] else "MISSES"
-                    print(f"# issue 14's target: at least 3x from 1 to {top} clients on the tiny checkpoint with state reuse on, {label}: {verdict}")
+                    print(
+                        f"# issue 14's target: at least 3x from 1 to {top} clients on the tiny checkpoint with state reuse on, {label}: {verdict}"
+                    )
 
 
 if __name__ == "__main__":

@@ -38,7 +38,9 @@ from sr_runtime.types import ChoiceQuestion, DecisionRequest, Media, NoulQuestio
 def frame(seed: int, width: int, height: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:height, 0:width]
-    return np.stack([127 + 120 * np.sin(rng.uniform(0.02, 0.2) * (x + c * y) + rng.uniform(0, 6)) for c in range(3)], -1).astype(np.uint8)
+    return np.stack(
+        [127 + 120 * np.sin(rng.uniform(0.02, 0.2) * (x + c * y) + rng.uniform(0, 6)) for c in range(3)], -1
+    ).astype(np.uint8)
 
 
 def photo(width: int = 640, height: int = 480) -> bytes:
@@ -77,7 +79,11 @@ def questions(n: int) -> tuple:
     kinds = [
         lambda i: NoulQuestion(f"Does message {i} report a problem that blocks the user's work?"),
         lambda i: ChoiceQuestion(
-            (("billing", "Payments, invoices and refunds"), ("engineering", "Outages, errors and bugs"), ("other", None)),
+            (
+                ("billing", "Payments, invoices and refunds"),
+                ("engineering", "Outages, errors and bugs"),
+                ("other", None),
+            ),
             f"Which team should handle request {i}?",
         ),
         lambda i: ScoreQuestion(("calm", "annoyed", "angry", "furious"), f"How angry is customer {i}?"),
@@ -113,7 +119,11 @@ def token_limit(engine: Engine, request: DecisionRequest) -> float:
     """Q(S+q)/(S+Qq) for this request's own token counts: the speed-up if time went by tokens read,
     the reference reading S + q_i for each question, state once S then every q_i."""
     block = "".join(engine.layout.state_parts(request.state))
-    prompts = encode_prompts(engine.checkpoint.tokenizer, block, [engine.layout.question_block(q, engine.config.codes) for q in request.questions])
+    prompts = encode_prompts(
+        engine.checkpoint.tokenizer,
+        block,
+        [engine.layout.question_block(q, engine.config.codes) for q in request.questions],
+    )
     s, qs = len(prompts[0].state), [len(p.question) for p in prompts]
     return sum(s + q for q in qs) / (s + sum(qs))
 
@@ -128,7 +138,9 @@ def main() -> None:
     parser.add_argument("--questions", default="1,4,16,64")
     parser.add_argument("--media", default="image,video", help="media rows: image, video (empty: none)")
     parser.add_argument("--media-questions", default="1,4,16")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's); 1 is steadier on busy shared cores")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's); 1 is steadier on busy shared cores"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -181,7 +193,9 @@ def media_rows(tmp: Path, args: argparse.Namespace, options: dict) -> None:  # t
     text = state_text(engine, 256, seed=256)
     assets = {"⟦img-1⟧": Media("image", photo(), "jpeg"), "⟦vid-1⟧": Media("video", clip(), "mp4")}
     kinds = {"image": ("⟦img-1⟧",), "video": ("⟦img-1⟧", "⟦vid-1⟧")}  # "video": a 10 s video with an image
-    print(f"# media on hybrid-vision: a 640x480 JPEG; a 10 s 320x240 MP4 at 15 fps (sampled to 8 frames) with that image; then 256 text tokens")
+    print(
+        f"# media on hybrid-vision: a 640x480 JPEG; a 10 s 320x240 MP4 at 15 fps (sampled to 8 frames) with that image; then 256 text tokens"
+    )
     for kind in [k for k in args.media.split(",") if k]:
         lead = kinds[kind]
         for n in (int(q) for q in args.media_questions.split(",")):

@@ -63,7 +63,13 @@ SCALE_SIZES = (10, 100, 1000)
 
 
 def config(
-    listeners: int, base_port: int, upstream: str, *, responses: bool = True, new_model: str | None = None, edited: int | None = None
+    listeners: int,
+    base_port: int,
+    upstream: str,
+    *,
+    responses: bool = True,
+    new_model: str | None = None,
+    edited: int | None = None,
 ) -> str:
     """``new_model``: a provider model of its own (a new cluster) that serves the Messages API.
     ``edited``: only that listener follows ``responses``; the others offer the Responses API."""
@@ -107,12 +113,20 @@ def bench_compile() -> None:
         t = time.perf_counter()
         load_text(config(n, 20000, "http://127.0.0.1:9"))
         load_s = time.perf_counter() - t
-        mark = f"target < {COMPILE_TARGET_S:.0f} s: {'met' if min(times) < COMPILE_TARGET_S else 'MISSED'}" if n == 1000 else ""
-        print(f"  {n:5d} listeners  compile {first * 1000:7.1f} ms first, {min(times) * 1000:7.1f} ms best   (load + validate {load_s * 1000:7.1f} ms)  {mark}")
+        mark = (
+            f"target < {COMPILE_TARGET_S:.0f} s: {'met' if min(times) < COMPILE_TARGET_S else 'MISSED'}"
+            if n == 1000
+            else ""
+        )
+        print(
+            f"  {n:5d} listeners  compile {first * 1000:7.1f} ms first, {min(times) * 1000:7.1f} ms best   (load + validate {load_s * 1000:7.1f} ms)  {mark}"
+        )
     # The cache of packed Any values (compiler/convert.py): what it holds after the 1,000
     # listeners, and what the same compile costs with nothing cached.
     packed = convert._PACKED
-    print(f"  Any cache after 1000 listeners: {len(packed)} entries, {packed.size / 2**20:.1f} MiB of its {packed.limit / 2**20:.0f} MiB bound")
+    print(
+        f"  Any cache after 1000 listeners: {len(packed)} entries, {packed.size / 2**20:.1f} MiB of its {packed.limit / 2**20:.0f} MiB bound"
+    )
     limit, packed.limit = packed.limit, 0
     try:
         times = []
@@ -205,7 +219,9 @@ def _wait(predicate, timeout: float = 30.0):  # type: ignore[no-untyped-def]
     raise RuntimeError("timed out")
 
 
-def bench_edits(ads: str, edits: int, *, new_clusters: bool = False, listeners: int = 1, in_place: bool = False) -> tuple[list[float], Counter[int]]:
+def bench_edits(
+    ads: str, edits: int, *, new_clusters: bool = False, listeners: int = 1, in_place: bool = False
+) -> tuple[list[float], Counter[int]]:
     """Edit to effect, ms per edit, and every status a client saw on the edited path.
 
     ``in_place``: each edit is saved over the file itself (as most editors' plain save does)
@@ -235,11 +251,33 @@ def bench_edits(ads: str, edits: int, *, new_clusters: bool = False, listeners: 
         (d / "bootstrap.yaml").write_text(to_yaml(to_dict(bootstrap(settings))))
         vllm_sr = str(Path(sys.executable).parent / "vllm-sr")
         plane = subprocess.Popen(
-            [vllm_sr, "--log-level", "warning", "xds", "serve", "--config", str(cfg), "--host", "127.0.0.1", "--port", str(xds), "--status-port", str(status)],
+            [
+                vllm_sr,
+                "--log-level",
+                "warning",
+                "xds",
+                "serve",
+                "--config",
+                str(cfg),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(xds),
+                "--status-port",
+                str(status),
+            ],
             stderr=subprocess.DEVNULL,
         )
         envoy = subprocess.Popen(
-            [envoy_binary(), "-c", str(d / "bootstrap.yaml"), "--base-id", str(os.getpid() % 50000 + 7), "--log-level", "error"],
+            [
+                envoy_binary(),
+                "-c",
+                str(d / "bootstrap.yaml"),
+                "--base-id",
+                str(os.getpid() % 50000 + 7),
+                "--log-level",
+                "error",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -265,7 +303,9 @@ def bench_edits(ads: str, edits: int, *, new_clusters: bool = False, listeners: 
                 want = 200 if offered else 404
                 tmp_cfg = d / f".config.{i}"
                 if new_clusters:
-                    tmp_cfg.write_text(config(listeners, base, up_url, new_model=f"llm-n{i}" if offered else None, edited=edited))
+                    tmp_cfg.write_text(
+                        config(listeners, base, up_url, new_model=f"llm-n{i}" if offered else None, edited=edited)
+                    )
                 else:
                     tmp_cfg.write_text(config(listeners, base, up_url, responses=offered, edited=edited))
                 gc.collect()
@@ -355,12 +395,37 @@ listeners:
         (d / "bootstrap.yaml").write_text(to_yaml(to_dict(bootstrap(settings))))
         vllm_sr = str(Path(sys.executable).parent / "vllm-sr")
         plane = subprocess.Popen(
-            [vllm_sr, "--log-level", "warning", "xds", "serve", "--config", str(cfg), "--host", "127.0.0.1", "--port", str(xds),
-             "--status-port", str(status), "--sidecar", f"127.0.0.1:{sidecar.port}", "--kubeconfig", str(api.kubeconfig(d, "bench"))],
+            [
+                vllm_sr,
+                "--log-level",
+                "warning",
+                "xds",
+                "serve",
+                "--config",
+                str(cfg),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(xds),
+                "--status-port",
+                str(status),
+                "--sidecar",
+                f"127.0.0.1:{sidecar.port}",
+                "--kubeconfig",
+                str(api.kubeconfig(d, "bench")),
+            ],
             stderr=subprocess.DEVNULL,
         )
         envoy = subprocess.Popen(
-            [envoy_binary(), "-c", str(d / "bootstrap.yaml"), "--base-id", str(os.getpid() % 50000 + 11), "--log-level", "error"],
+            [
+                envoy_binary(),
+                "-c",
+                str(d / "bootstrap.yaml"),
+                "--base-id",
+                str(os.getpid() % 50000 + 11),
+                "--log-level",
+                "error",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -369,7 +434,9 @@ listeners:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             while not stop.is_set():
                 try:
-                    conn.request("POST", "/v1/decisions", b'{"cluster": "deployment/rt"}', {"content-type": "application/json"})
+                    conn.request(
+                        "POST", "/v1/decisions", b'{"cluster": "deployment/rt"}', {"content-type": "application/json"}
+                    )
                     r = conn.getresponse()
                     r.read()
                     seen[r.status] += 1
@@ -422,9 +489,20 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=40, help="EndpointSlice changes per protocol")
     parser.add_argument("--ads", choices=["sotw", "delta", "both"], default="both")
     parser.add_argument("--only-discovery", action="store_true", help="run only the EndpointSlice series")
-    parser.add_argument("--only-saves", action="store_true", help="run only edit to effect for a rename over the file and an in-place save")
-    parser.add_argument("--only-scale", action="store_true", help="run only the one-listener edits on 10, 100 and 1,000 listeners")
-    parser.add_argument("--sizes", type=lambda text: [int(n) for n in text.split(",")], default=list(SCALE_SIZES), help="listener counts, comma-separated")
+    parser.add_argument(
+        "--only-saves",
+        action="store_true",
+        help="run only edit to effect for a rename over the file and an in-place save",
+    )
+    parser.add_argument(
+        "--only-scale", action="store_true", help="run only the one-listener edits on 10, 100 and 1,000 listeners"
+    )
+    parser.add_argument(
+        "--sizes",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=list(SCALE_SIZES),
+        help="listener counts, comma-separated",
+    )
     args = parser.parse_args()
     protocols = ["sotw", "delta"] if args.ads == "both" else [args.ads]
     if args.only_discovery:
@@ -442,7 +520,9 @@ def main() -> None:
         ms, _ = bench_edits(ads, args.edits)
         verdict = "met" if statistics.median(ms) < EDIT_TARGET_MS else "MISSED"
         print(f"  {_summary(ms)}   target p50 < {EDIT_TARGET_MS:.0f} ms: {verdict}")
-        print(f"a new cluster and a route to it, then both removed, over {ads} ADS ({args.edits} edits; push order at work):")
+        print(
+            f"a new cluster and a route to it, then both removed, over {ads} ADS ({args.edits} edits; push order at work):"
+        )
         ms, seen = bench_edits(ads, args.edits, new_clusters=True)
         added, removed = ms[0::2], ms[1::2]
         statuses = ", ".join(f"{code or 'no answer'}: {n}" for code, n in sorted(seen.items()))
@@ -462,21 +542,31 @@ def _saves(protocols: list[str], edits: int) -> None:
 
 
 def _scale(protocols: list[str], edits: int, sizes: list[int]) -> None:
-    print(f"one-listener edit on big configs, in process ({edits} edits: file -> Reloader.reload() -> snapshot set; no watch, no Envoy):")
+    print(
+        f"one-listener edit on big configs, in process ({edits} edits: file -> Reloader.reload() -> snapshot set; no watch, no Envoy):"
+    )
     for n in sizes:
         first, ms = bench_reload(n, edits)
         print(f"  {n:5d} listeners  first load {first:7.1f} ms   edit {_summary(ms)}")
     for ads in protocols:
-        print(f"one-listener edit to effect on big configs over {ads} ADS ({edits} edits each, file replace -> client of that listener sees the change):")
+        print(
+            f"one-listener edit to effect on big configs over {ads} ADS ({edits} edits each, file replace -> client of that listener sees the change):"
+        )
         for n in sizes:
             ms, _ = bench_edits(ads, edits, listeners=n)
-            mark = f"   target p50 < {EDIT_TARGET_MS:.0f} ms: {'met' if statistics.median(ms) < EDIT_TARGET_MS else 'MISSED'}" if n == max(sizes) else ""
+            mark = (
+                f"   target p50 < {EDIT_TARGET_MS:.0f} ms: {'met' if statistics.median(ms) < EDIT_TARGET_MS else 'MISSED'}"
+                if n == max(sizes)
+                else ""
+            )
             print(f"  {n:5d} listeners  {_summary(ms)}{mark}")
 
 
 def _discovery(protocols: list[str], changes: int) -> None:
     for ads in protocols:
-        print(f"EndpointSlice change to Envoy routing by it over {ads} ADS ({changes} changes, each replacing the only ready pod):")
+        print(
+            f"EndpointSlice change to Envoy routing by it over {ads} ADS ({changes} changes, each replacing the only ready pod):"
+        )
         ms, seen = bench_discovery(ads, changes)
         statuses = ", ".join(f"{code or 'no answer'}: {n}" for code, n in sorted(seen.items()))
         print(f"  {_summary(ms)}")

@@ -26,7 +26,9 @@ _HEADERS = b"|".join(re.escape(h.encode()) for h in (*CLIENT_KEY_HEADERS, "cooki
 _HEADER_DUMP = re.compile(rb"(?i)('(?:" + _HEADERS + rb")', ')[^']*(')")
 # "name: value" and "name=value" forms (HTTP/1 text, structured logs).
 _HEADER_TEXT = re.compile(rb"(?i)(\b(?:" + _HEADERS + rb")\b\"?\s*[:=]\s*\"?)(?:Bearer\s+|Basic\s+)?[^\s\",']+")
-_PARAMS = re.compile(rb"(?i)([?&](?:" + b"|".join(re.escape(p.encode()) for p in CLIENT_KEY_PARAMS) + rb")=)[^&\s\"'#]*")
+_PARAMS = re.compile(
+    rb"(?i)([?&](?:" + b"|".join(re.escape(p.encode()) for p in CLIENT_KEY_PARAMS) + rb")=)[^&\s\"'#]*"
+)
 
 
 class Redactor:

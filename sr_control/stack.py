@@ -170,26 +170,61 @@ class Stack:
         for name in env.missing:
             # Said now, not at the first request: a listener would answer 503 keys_unavailable, an
             # upstream would get "Bearer -" from Envoy and answer 401.
-            _log.warning("key variable unset", variable=name, hint=f"the config names {name} (keys_env or api_key_env); export it before vllm-sr serve")
+            _log.warning(
+                "key variable unset",
+                variable=name,
+                hint=f"the config names {name} (keys_env or api_key_env); export it before vllm-sr serve",
+            )
         self._run_dir = _run_dir(opts.state_dir)
 
-        self._spawn("runtime", [
-            str(BIN / "vllm-srun"), "serve", opts.model, "--device", opts.device, "--host", "127.0.0.1", "--port", str(ports.runtime),
-            "--api-key-env", RUNTIME_KEY_ENV,
-        ], env.runtime)
+        self._spawn(
+            "runtime",
+            [
+                str(BIN / "vllm-srun"),
+                "serve",
+                opts.model,
+                "--device",
+                opts.device,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(ports.runtime),
+                "--api-key-env",
+                RUNTIME_KEY_ENV,
+            ],
+            env.runtime,
+        )
         self._wait("runtime", lambda: _health(f"http://127.0.0.1:{ports.runtime}/health"))
 
         settings = Settings(
-            xds=Address("127.0.0.1", ports.xds), sidecar=Address(path=str(self.sidecar_socket)), admin=Address(path=str(self.admin_socket))
+            xds=Address("127.0.0.1", ports.xds),
+            sidecar=Address(path=str(self.sidecar_socket)),
+            admin=Address(path=str(self.admin_socket)),
         )
-        self._plane = ControlPlane(self.config_path, settings, host="127.0.0.1", port=ports.xds, status_port=ports.xds_status)
+        self._plane = ControlPlane(
+            self.config_path, settings, host="127.0.0.1", port=ports.xds, status_port=ports.xds_status
+        )
         self._plane.start()
 
-        self._spawn("extproc", [
-            str(BIN / "vllm-sr"), "--log-format", "json", "extproc", "serve",
-            "--xds", f"127.0.0.1:{ports.xds}", "--socket", str(self.sidecar_socket), "--status-port", str(ports.sidecar_status),
-            "--drain-s", str(opts.drain_timeout),
-        ], env.sidecar)
+        self._spawn(
+            "extproc",
+            [
+                str(BIN / "vllm-sr"),
+                "--log-format",
+                "json",
+                "extproc",
+                "serve",
+                "--xds",
+                f"127.0.0.1:{ports.xds}",
+                "--socket",
+                str(self.sidecar_socket),
+                "--status-port",
+                str(ports.sidecar_status),
+                "--drain-s",
+                str(opts.drain_timeout),
+            ],
+            env.sidecar,
+        )
         self._wait("extproc", lambda: _get(f"http://127.0.0.1:{ports.sidecar_status}/healthz") == 200)
 
         boot = opts.state_dir / "bootstrap.yaml"
@@ -219,7 +254,11 @@ class Stack:
             current = None
         untouched = current is not None and written.is_file() and written.read_text().strip() == current
         if current is not None and not untouched and not opts.reset_config:
-            _log.info("keeping the served config", file=str(self.config_path), hint="--reset-config writes the embedded default over it")
+            _log.info(
+                "keeping the served config",
+                file=str(self.config_path),
+                hint="--reset-config writes the embedded default over it",
+            )
             return
         text = default_config(opts.ports)
         self.config_path.write_text(text, encoding="utf-8")
@@ -233,10 +272,17 @@ class Stack:
         os.chmod(path, 0o600)  # a log left by an older stack may be wider
         _log.info("starting", part=name, log=str(path))
         process = subprocess.Popen(
-            _dying_with_parent(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env
+            _dying_with_parent(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
         )
         assert process.stdout is not None
-        threading.Thread(target=_copy_redacted, args=(process.stdout, out, self._redactor), name=f"log-{name}", daemon=True).start()
+        threading.Thread(
+            target=_copy_redacted, args=(process.stdout, out, self._redactor), name=f"log-{name}", daemon=True
+        ).start()
         self._children.append(_Child(name, process, path))
 
     def _wait(self, name: str, ready: Callable[[], bool]) -> None:
@@ -244,7 +290,9 @@ class Stack:
         while time.monotonic() < deadline and not self._stop.is_set():
             for child in self._children:
                 if child.process.poll() is not None:
-                    raise StackError(f"{child.name} exited with code {child.process.returncode} while starting; its log ({child.log}) ends:\n{child.tail()}")
+                    raise StackError(
+                        f"{child.name} exited with code {child.process.returncode} while starting; its log ({child.log}) ends:\n{child.tail()}"
+                    )
             if ready():
                 _log.info("ready", part=name)
                 return
@@ -320,9 +368,15 @@ class Stack:
             host = "127.0.0.1" if listener.address in ("0.0.0.0", "::") else listener.address
             rows.append((f"listener {listener.name}", f"http://{host}:{listener.port}"))
         rows += [
-            ("runtime", f"http://127.0.0.1:{ports.runtime}  (model {self.options.model}; POST /v1/systemone, GET /v1/models)"),
+            (
+                "runtime",
+                f"http://127.0.0.1:{ports.runtime}  (model {self.options.model}; POST /v1/systemone, GET /v1/models)",
+            ),
             ("control plane", f"127.0.0.1:{ports.xds} (ADS), http://127.0.0.1:{ports.xds_status}/status"),
-            ("ext_proc sidecar", f"unix:{self.sidecar_socket} (gRPC, this user only), http://127.0.0.1:{ports.sidecar_status}/status"),
+            (
+                "ext_proc sidecar",
+                f"unix:{self.sidecar_socket} (gRPC, this user only), http://127.0.0.1:{ports.sidecar_status}/status",
+            ),
             ("envoy admin", f"unix:{self.admin_socket} (this user only: curl --unix-socket PATH http://envoy/stats)"),
             ("config", f"{self.config_path}  (edits go live)"),
             ("logs", f"{self.options.state_dir / 'logs'}"),
@@ -351,7 +405,9 @@ def _free(name: str, port: int, host: str = "127.0.0.1") -> None:
         except OSError as exc:
             owner = listening_owner(port)
             who = f" by {owner}" if owner else ""
-            raise StackError(f"port {port} for the {name} is taken{who}: {exc.strerror} (another vllm-sr serve? use --port-offset)") from None
+            raise StackError(
+                f"port {port} for the {name} is taken{who}: {exc.strerror} (another vllm-sr serve? use --port-offset)"
+            ) from None
 
 
 def listening_owner(port: int) -> str | None:
@@ -437,7 +493,11 @@ def _active_requests(admin: Path) -> int:
         stats = json.loads(body).get("stats", []) if status == 200 else []
     except ValueError:
         return 0
-    return sum(int(s.get("value", 0)) for s in stats if s.get("name", "").startswith("http.") and not s["name"].startswith("http.admin."))
+    return sum(
+        int(s.get("value", 0))
+        for s in stats
+        if s.get("name", "").startswith("http.") and not s["name"].startswith("http.admin.")
+    )
 
 
 def _listeners_live(admin: Path, expected: int) -> bool:
@@ -482,7 +542,11 @@ class Environments:
 
         listener_vars = {l.auth.keys_env for l in config.listeners if l.auth is not None and l.auth.keys_env}
         deployment_vars = {d.api_key_env for d in config.deployments.values() if d.api_key_env}
-        member_vars = {m.api_key_env for m in config.providers.models if m.api_key_env and REGISTRY.canonical(m.api_format) == "systemone"}
+        member_vars = {
+            m.api_key_env
+            for m in config.providers.models
+            if m.api_key_env and REGISTRY.canonical(m.api_format) == "systemone"
+        }
         provider_vars = {m.api_key_env for m in config.providers.models if m.api_key_env}
         named = listener_vars | deployment_vars | provider_vars
         keys = {name: environ[name] for name in named if environ.get(name)}
@@ -537,11 +601,25 @@ def _check_runtime_key(config: RouterConfig, runtime_port: int, path: Path) -> N
     requires: without it every call would be 401, found out only at the first request."""
     for name, dep in config.deployments.items():
         target = urllib.parse.urlsplit(dep.endpoint or "")
-        if target.hostname in ("127.0.0.1", "localhost", "::1") and target.port == runtime_port and dep.api_key_env != RUNTIME_KEY_ENV:
+        if (
+            target.hostname in ("127.0.0.1", "localhost", "::1")
+            and target.port == runtime_port
+            and dep.api_key_env != RUNTIME_KEY_ENV
+        ):
             raise StackError(
                 f"{path}: deployments.{name} reaches the stack's runtime ({dep.endpoint}), which answers only callers holding "
                 f"the key the stack makes at each start: give it `api_key_env: {RUNTIME_KEY_ENV}` (or start with --reset-config)"
             )
 
 
-__all__ = ["RUNTIME_KEY_ENV", "Environments", "Ports", "Stack", "StackError", "StackOptions", "admin_get", "default_config", "listening_owner"]
+__all__ = [
+    "RUNTIME_KEY_ENV",
+    "Environments",
+    "Ports",
+    "Stack",
+    "StackError",
+    "StackOptions",
+    "admin_get",
+    "default_config",
+    "listening_owner",
+]

@@ -44,7 +44,9 @@ def read_assets(vision: VisionTower | None, request: DecisionRequest, state_bloc
         pixels, times, total = decode(placeholder, media, vision.limits)
         rows, frames = vision.rows_and_frames(pixels)
         digest = hashlib.sha256(media.data).hexdigest()
-        out[placeholder] = Asset(rows, digest, media.kind, frames, tuple(times[:: vision.temporal]), total <= pixels.shape[0])
+        out[placeholder] = Asset(
+            rows, digest, media.kind, frames, tuple(times[:: vision.temporal]), total <= pixels.shape[0]
+        )
     return out
 
 
@@ -56,6 +58,7 @@ def the_one(question: Question, assets: dict[str, Asset]) -> tuple[torch.Tensor,
     found = [a for a in assets.values() if a.kind == kind]
     if len(found) != 1:
         raise InvalidInput(
-            f"a {question.type} question reads exactly one {kind} in the state, and this one has {len(found)}", reason=f"{question.type}_needs_one_{kind}"
+            f"a {question.type} question reads exactly one {kind} in the state, and this one has {len(found)}",
+            reason=f"{question.type}_needs_one_{kind}",
         )
     return found[0].frames, found[0].times

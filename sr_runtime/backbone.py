@@ -104,7 +104,9 @@ class Backbone:
         kinds = getattr(config, "layer_types", None) or []
         odd = sorted(set(kinds) - set(LAYER_KINDS))
         if odd:
-            raise CheckpointError(f"unsupported layer types {odd} in {path}/config.json (supported: {', '.join(LAYER_KINDS)})")
+            raise CheckpointError(
+                f"unsupported layer types {odd} in {path}/config.json (supported: {', '.join(LAYER_KINDS)})"
+            )
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 path, dtype=dtype, attn_implementation="sdpa", local_files_only=True
@@ -131,7 +133,9 @@ class Backbone:
         """[B, width] token ids, each row right-padded with 0 (padding is never read)."""
         return torch.tensor([[*row, *[0] * (width - len(row))] for row in rows], dtype=torch.long, device=self.device)
 
-    def _inputs(self, rows: Sequence[Sequence[int]], width: int, media: Sequence[Sequence[MediaSpan]] = ()) -> dict[str, torch.Tensor]:
+    def _inputs(
+        self, rows: Sequence[Sequence[int]], width: int, media: Sequence[Sequence[MediaSpan]] = ()
+    ) -> dict[str, torch.Tensor]:
         """The model's inputs: token ids, or with media the embeddings, each asset's rows in place."""
         ids = self._ids(rows, width)
         if not any(media):
@@ -203,10 +207,16 @@ class Backbone:
             groups.append(len(distinct) - 1)
         question_lens = [len(q) for q in questions]
         qw = max(question_lens)
-        positions = (torch.tensor([s.length for s in states])[:, None] + torch.arange(qw)).to(self.device)  # S_b, S_b + 1, ...
+        positions = (torch.tensor([s.length for s in states])[:, None] + torch.arange(qw)).to(
+            self.device
+        )  # S_b, S_b + 1, ...
         last = torch.tensor(question_lens, device=self.device) - 1
         prefix = SharedPrefix(
-            kv={i: [s.layers[i].tensors for s in distinct] for i, kind in enumerate(self.kinds) if kind == "full_attention"},  # type: ignore[misc]  # a full_attention layer's state is an AttentionState
+            kv={
+                i: [s.layers[i].tensors for s in distinct]
+                for i, kind in enumerate(self.kinds)
+                if kind == "full_attention"
+            },  # type: ignore[misc]  # a full_attention layer's state is an AttentionState
             blocks=blocks(groups, [s.length for s in distinct], qw, budget),
             mask=question_mask(mode, question_lens, qw).to(self.device),
             # Only the last token of each row is read out: the last layer attends for it alone.
@@ -229,7 +239,9 @@ class Backbone:
         return out[torch.arange(len(questions), device=self.device), last]
 
     @torch.inference_mode()
-    def prompt_hidden(self, prompt: Sequence[int], state_len: int, mode: AttentionMode, media: Sequence[MediaSpan] = ()) -> torch.Tensor:
+    def prompt_hidden(
+        self, prompt: Sequence[int], state_len: int, mode: AttentionMode, media: Sequence[MediaSpan] = ()
+    ) -> torch.Tensor:
         """[L, hidden]: every position of one whole prompt under its dense mask, no cache."""
         return self.model.base_model(
             **self._inputs([prompt], len(prompt), [media]),

@@ -161,7 +161,9 @@ def _by_questions(value: Any) -> tuple[tuple[int, ...], tuple[float, ...]]:
 def _media(value: Any) -> MediaConfig:
     names = [n for n in MediaConfig.__dataclass_fields__ if n != "in_questions"]
     if not isinstance(value, dict) or not set(names) <= set(value) <= {*names, "in_questions"}:
-        raise _fail(f"invalid {DECISION_CONFIG} media (expected an object with {', '.join(names)} and optionally in_questions)")
+        raise _fail(
+            f"invalid {DECISION_CONFIG} media (expected an object with {', '.join(names)} and optionally in_questions)"
+        )
     in_questions = value.get("in_questions", False)
     if not isinstance(in_questions, bool):
         raise _fail(f"invalid {DECISION_CONFIG} media.in_questions {in_questions!r} (must be true or false)")
@@ -180,10 +182,14 @@ def _heads(value: Any) -> Any:
             raise _fail(f"invalid {DECISION_CONFIG} heads.{flag} {value[flag]!r} (must be true or false)")
     span = value.get("span", [])
     if not isinstance(span, list) or not set(span) <= {"router", "broad"} or len(set(span)) != len(span):
-        raise _fail(f"invalid {DECISION_CONFIG} heads.span {span!r} (a list of distinct span head names: router, broad)")
+        raise _fail(
+            f"invalid {DECISION_CONFIG} heads.span {span!r} (a list of distinct span head names: router, broad)"
+        )
     presets = value.get("presets", {})
     if not isinstance(presets, dict) or not all(isinstance(k, str) and k and v == "span" for k, v in presets.items()):
-        raise _fail(f"invalid {DECISION_CONFIG} heads.presets {presets!r} (preset name -> \"span\", the type its head answers)")
+        raise _fail(
+            f'invalid {DECISION_CONFIG} heads.presets {presets!r} (preset name -> "span", the type its head answers)'
+        )
     threshold = value.get("threshold", 0.5)
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
         raise _fail(f"invalid {DECISION_CONFIG} heads.threshold {threshold!r} (must be between 0 and 1)")
@@ -243,7 +249,9 @@ def parse_decision_config(text: str) -> DecisionConfig:
     if len(config.token_ids) != len(config.codes):
         raise _fail(f"{DECISION_CONFIG} has {len(config.codes)} codes but {len(config.token_ids)} token_ids")
     if config.abstain_code is not None and config.abstain_code != config.codes[-1]:
-        raise _fail(f"{DECISION_CONFIG} abstain_code {config.abstain_code!r} must be the last code ({config.codes[-1]!r}), so no option ever takes it")
+        raise _fail(
+            f"{DECISION_CONFIG} abstain_code {config.abstain_code!r} must be the last code ({config.codes[-1]!r}), so no option ever takes it"
+        )
     if config.validated_length is not None and config.validated_length > config.max_length:
         raise _fail(
             f"{DECISION_CONFIG} validated_length {config.validated_length} is above max_length {config.max_length}"
@@ -253,7 +261,10 @@ def parse_decision_config(text: str) -> DecisionConfig:
 
 def check_tokenizer(tokenizer: Tokenizer) -> None:
     """A decision checkpoint's prompt is exactly its text's tokens: the tokenizer must add none."""
-    if tokenizer.encode("State", add_special_tokens=True).ids != tokenizer.encode("State", add_special_tokens=False).ids:
+    if (
+        tokenizer.encode("State", add_special_tokens=True).ids
+        != tokenizer.encode("State", add_special_tokens=False).ids
+    ):
         raise _fail(f"{TOKENIZER} adds special tokens around text; a decision checkpoint's tokenizer must add none")
 
 

@@ -56,7 +56,10 @@ def _echo_json(body: bytes) -> None:
 
 
 Schema = Annotated[
-    str, typer.Option("--systemone-schema", help="The request schema: vllm-sr/5.0, vllm-sr/4.0 or systemone/0.2 (strict standard).")
+    str,
+    typer.Option(
+        "--systemone-schema", help="The request schema: vllm-sr/5.0, vllm-sr/4.0 or systemone/0.2 (strict standard)."
+    ),
 ]
 
 
@@ -79,12 +82,26 @@ NoulModel = Annotated[
 
 @app.command()
 def answer(
-    model: Annotated[str, typer.Argument(help="A checkpoint folder, or a built-in: default, smollm2-135m.", show_default=False)],
-    request: Annotated[Path, typer.Argument(help="A System One request as JSON ('-' reads stdin).", show_default=False)],
+    model: Annotated[
+        str, typer.Argument(help="A checkpoint folder, or a built-in: default, smollm2-135m.", show_default=False)
+    ],
+    request: Annotated[
+        Path, typer.Argument(help="A System One request as JSON ('-' reads stdin).", show_default=False)
+    ],
     device: Annotated[str, typer.Option(help="Where the model runs: cpu, cuda, cuda:1 ...")] = "cpu",
-    reference: Annotated[bool, typer.Option("--reference", help="Run each question as one whole forward with a dense mask and no cache.")] = False,
-    no_state_cache: Annotated[bool, typer.Option("--no-state-cache", help="Keep no states across requests (each request still computes its state once).")] = False,
-    max_model_len: Annotated[Optional[int], typer.Option(help="Longest prompt in tokens (default: the checkpoint's validated_length, else max_length).")] = None,
+    reference: Annotated[
+        bool, typer.Option("--reference", help="Run each question as one whole forward with a dense mask and no cache.")
+    ] = False,
+    no_state_cache: Annotated[
+        bool,
+        typer.Option(
+            "--no-state-cache", help="Keep no states across requests (each request still computes its state once)."
+        ),
+    ] = False,
+    max_model_len: Annotated[
+        Optional[int],
+        typer.Option(help="Longest prompt in tokens (default: the checkpoint's validated_length, else max_length)."),
+    ] = None,
     systemone_schema: Schema = "vllm-sr/5.0",
     noul_model: NoulModel = None,
 ) -> None:
@@ -112,7 +129,12 @@ def answer(
         _echo_json(codec.answer_error(exc).body)
         raise _fail(f"{request}: {exc.info.status} {exc.info.code}: {exc.info.message}", EXIT_INVALID) from None
     engine = load_engine(
-        model, device=device, max_model_len=max_model_len, reference=reference, state_cache=not no_state_cache, noul_model=noul_model
+        model,
+        device=device,
+        max_model_len=max_model_len,
+        reference=reference,
+        state_cache=not no_state_cache,
+        noul_model=noul_model,
     )
     try:
         _echo_json(answer_request(engine, req))
@@ -123,25 +145,45 @@ def answer(
 
 @app.command()
 def serve(
-    model: Annotated[str, typer.Argument(help="A checkpoint folder, or a built-in: default, smollm2-135m.", show_default=False)],
+    model: Annotated[
+        str, typer.Argument(help="A checkpoint folder, or a built-in: default, smollm2-135m.", show_default=False)
+    ],
     device: Annotated[str, typer.Option(help="Where the model runs: cpu, cuda, cuda:1 ...")] = "cpu",
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: any free port, printed at start).")] = 8100,
     systemone_schema: Annotated[
-        str, typer.Option("--systemone-schema", help="What clients speak: vllm-sr/5.0, vllm-sr/4.0 (also 4.0 clients) or systemone/0.2 (the bare standard).")
+        str,
+        typer.Option(
+            "--systemone-schema",
+            help="What clients speak: vllm-sr/5.0, vllm-sr/4.0 (also 4.0 clients) or systemone/0.2 (the bare standard).",
+        ),
     ] = "vllm-sr/5.0",
-    max_model_len: Annotated[Optional[int], typer.Option(help="Longest prompt in tokens (default: the checkpoint's validated_length, else max_length).")] = None,
-    api_key_env: Annotated[Optional[str], typer.Option(help="Turn auth on: the environment variable holding the API key.")] = None,
-    max_batch_tokens: Annotated[int, typer.Option(help="Token budget of one engine pass; concurrent requests share passes up to it.")] = 16384,
+    max_model_len: Annotated[
+        Optional[int],
+        typer.Option(help="Longest prompt in tokens (default: the checkpoint's validated_length, else max_length)."),
+    ] = None,
+    api_key_env: Annotated[
+        Optional[str], typer.Option(help="Turn auth on: the environment variable holding the API key.")
+    ] = None,
+    max_batch_tokens: Annotated[
+        int, typer.Option(help="Token budget of one engine pass; concurrent requests share passes up to it.")
+    ] = 16384,
     state_cache_mb: Annotated[int, typer.Option(help="Memory for states reused across requests (0: none).")] = 512,
-    max_queue: Annotated[int, typer.Option(help="Requests that may wait for the model; beyond it, 529 with Retry-After.")] = 256,
+    max_queue: Annotated[
+        int, typer.Option(help="Requests that may wait for the model; beyond it, 529 with Retry-After.")
+    ] = 256,
     threads: Annotated[
         Optional[int],
-        typer.Option(help="Math threads on CPU (default: OMP_NUM_THREADS when set, else every core for a round of 16 questions or more and the cores less one, at least 1, for a smaller round: the server's event loop keeps a core while the load is light).", show_default=False),
+        typer.Option(
+            help="Math threads on CPU (default: OMP_NUM_THREADS when set, else every core for a round of 16 questions or more and the cores less one, at least 1, for a smaller round: the server's event loop keeps a core while the load is light).",
+            show_default=False,
+        ),
     ] = None,
     workers: Annotated[
         int,
-        typer.Option(help="Server processes sharing the port, each with its own copy of the model and state cache (N times the memory); the port answers once all have loaded. More than one answers concurrent clients side by side."),
+        typer.Option(
+            help="Server processes sharing the port, each with its own copy of the model and state cache (N times the memory); the port answers once all have loaded. More than one answers concurrent clients side by side."
+        ),
     ] = 1,
     noul_model: NoulModel = None,
 ) -> None:
@@ -160,7 +202,18 @@ def serve(
     log.configure()
     try:
         settings = ServerSettings(
-            model, device, host, port, systemone_schema, max_model_len, api_key(api_key_env), max_batch_tokens, state_cache_mb, max_queue, threads, workers,
+            model,
+            device,
+            host,
+            port,
+            systemone_schema,
+            max_model_len,
+            api_key(api_key_env),
+            max_batch_tokens,
+            state_cache_mb,
+            max_queue,
+            threads,
+            workers,
             noul_model=_checked_noul_model(noul_model),
         )
     except SettingsError as exc:
@@ -170,7 +223,9 @@ def serve(
 
 @checkpoint_app.command("create")
 def checkpoint_create(
-    folder: Annotated[Path, typer.Argument(help="Where to write the checkpoint (created if missing).", show_default=False)],
+    folder: Annotated[
+        Path, typer.Argument(help="Where to write the checkpoint (created if missing).", show_default=False)
+    ],
     preset: Annotated[
         str,
         typer.Option(

@@ -26,7 +26,14 @@ from sr_runtime.checkpoint import READOUT, Checkpoint, DecisionConfig, read_chec
 from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded, Stopped
 from sr_runtime.assets import read_assets, the_one
 from sr_runtime.heads import Heads
-from sr_runtime.prompt import LAYOUTS, MediaSpan, PromptTokens, encode_media_prompts, split_placeholders, with_question_media
+from sr_runtime.prompt import (
+    LAYOUTS,
+    MediaSpan,
+    PromptTokens,
+    encode_media_prompts,
+    split_placeholders,
+    with_question_media,
+)
 from sr_runtime.readout import SET_THRESHOLD, answer_from, batch_probabilities, finite, set_answer, temperature_for
 from sr_runtime.state_cache import StateCache, state_key
 from sr_runtime.token_cache import CachedTokenizer
@@ -161,8 +168,20 @@ class Engine:
             readout = _load_readout(path, len(checkpoint.config.codes), backbone.hidden_size)
         vision = VisionTower.load(path, checkpoint.config.media, backbone.device)
         config = checkpoint.config
-        heads = None if config.heads is None else Heads.load(path, config.heads, len(config.codes), backbone.hidden_size, backbone.device)
-        return cls(name or path.name, checkpoint, backbone, readout.to(backbone.device, readout_dtype), vision=vision, heads=heads, **options)
+        heads = (
+            None
+            if config.heads is None
+            else Heads.load(path, config.heads, len(config.codes), backbone.hidden_size, backbone.device)
+        )
+        return cls(
+            name or path.name,
+            checkpoint,
+            backbone,
+            readout.to(backbone.device, readout_dtype),
+            vision=vision,
+            heads=heads,
+            **options,
+        )
 
     def card(self) -> ModelCard:
         config = self.config
@@ -179,7 +198,11 @@ class Engine:
                 min_levels=MIN_LEVELS,
                 max_levels=min(MAX_LEVELS, self.max_options),
                 max_input_tokens=self.max_length,
-                media=None if config.media is None else MediaCardLimits(config.media.max_asset_bytes, config.media.max_side, config.media.max_video_frames),
+                media=None
+                if config.media is None
+                else MediaCardLimits(
+                    config.media.max_asset_bytes, config.media.max_side, config.media.max_video_frames
+                ),
             ),
             attention_mode=config.attention_mode,
             strengths=self._strengths or "not measured by this runtime: see the checkpoint's own documentation",
@@ -226,13 +249,18 @@ class Engine:
         head = question.head or ("router" if "router" in heads.span else (heads.span or ("",))[0])
         if head not in heads.span:
             have = ", ".join(heads.span) or "none but its presets'"
-            raise InvalidQuestion(f"this model has no {head} span head (span heads: {have})", reason="unsupported_field")
+            raise InvalidQuestion(
+                f"this model has no {head} span head (span heads: {have})", reason="unsupported_field"
+            )
         return head
 
     def _units(self, question: Question) -> list[tuple[int | None, Question]]:
         """The rows a question needs: one, or one noul per label for a set read label by label."""
         if isinstance(question, SetQuestion) and (self.heads is None or not self.heads.config.set):
-            return [(i, NoulQuestion(question.instructions, true=option.label)) for i, option in enumerate(coded_options(question))]
+            return [
+                (i, NoulQuestion(question.instructions, true=option.label))
+                for i, option in enumerate(coded_options(question))
+            ]
         return [(None, question)]
 
     def _rows(self, index: int, request: DecisionRequest, slots: list[Answer | QuestionError | None]) -> list[_Row]:
@@ -250,13 +278,23 @@ class Engine:
         blocks = [self.layout.question_block(unit, self.config.codes) for _, _, unit in units]
         try:
             # Placeholders in questions are media only where the card says so (the bridge refuses them elsewhere).
-            media = read_assets(self.vision, request, state_block + ("".join(blocks) if self.media_in_questions else ""))
+            media = read_assets(
+                self.vision, request, state_block + ("".join(blocks) if self.media_in_questions else "")
+            )
             rows_of = {p: (a.rows, a.digest) for p, a in media.items()}
             # A question block is tokenized up to its first asset as a text-only one is (the state
             # block size rule), then piece by piece.
-            pieces = [split_placeholders(b, [p for p in rows_of if p in b]) if self.media_in_questions else [b] for b in blocks]
-            prompts = encode_media_prompts(self.tokens, state_block, rows_of, [p[0] for p in pieces], request.state_tokens)
-            prompts = [with_question_media(self.checkpoint.tokenizer, pr, p[1:], rows_of) if len(p) > 1 else pr for pr, p in zip(prompts, pieces)]
+            pieces = [
+                split_placeholders(b, [p for p in rows_of if p in b]) if self.media_in_questions else [b]
+                for b in blocks
+            ]
+            prompts = encode_media_prompts(
+                self.tokens, state_block, rows_of, [p[0] for p in pieces], request.state_tokens
+            )
+            prompts = [
+                with_question_media(self.checkpoint.tokenizer, pr, p[1:], rows_of) if len(p) > 1 else pr
+                for pr, p in zip(prompts, pieces)
+            ]
         except DecisionError as exc:
             for q in ready:
                 slots[q] = QuestionError.of(exc)
@@ -265,7 +303,9 @@ class Engine:
         limit = self.max_length if request.long_context else self.validated_length
         # overflow: truncate cuts the state once for every question that needs it (at the longest
         # such question's fit), so the cut state is still computed once.
-        over = [limit - len(p.question) for (q, _, _), p in zip(units, prompts) if q in request.truncate and len(p) > limit]
+        over = [
+            limit - len(p.question) for (q, _, _), p in zip(units, prompts) if q in request.truncate and len(p) > limit
+        ]
         keep = min(over, default=0)
         # A request's prompts mostly share one state tuple: hash it once. The tuple is kept with
         # its key, so its id cannot be another tuple's while this loop runs.
@@ -284,7 +324,10 @@ class Engine:
                 slots[q] = QuestionError.of(exc)
                 continue
             if id(prompt.state) not in keys:
-                keys[id(prompt.state)] = (prompt.state, state_key(prompt.state, [(m.start, m.digest) for m in prompt.media]))
+                keys[id(prompt.state)] = (
+                    prompt.state,
+                    state_key(prompt.state, [(m.start, m.digest) for m in prompt.media]),
+                )
             key = keys[id(prompt.state)][1]
             rows.append(_Row(index, q, prompt, key, label, video))
         if not all(a.whole for a in media.values()):
@@ -321,7 +364,13 @@ class Engine:
             wider = max(widest, len(row.prompt.question))
             if current and state_tokens + extra + (len(current) + 1) * wider > self.token_budget:
                 passes.append(current)
-                current, keys, state_tokens, wider, extra = [], set(), 0, len(row.prompt.question), len(row.prompt.state)
+                current, keys, state_tokens, wider, extra = (
+                    [],
+                    set(),
+                    0,
+                    len(row.prompt.question),
+                    len(row.prompt.state),
+                )
             current.append(row)
             keys.add(row.key)
             state_tokens += extra
@@ -359,7 +408,9 @@ class Engine:
         if row.key in states:
             return states[row.key].hidden
         prompt = row.prompt  # the reference path, or a mode whose state reads the question
-        whole = self.backbone.prompt_hidden(prompt.state + prompt.question, len(prompt.state), self.config.attention_mode, _whole_media(prompt))
+        whole = self.backbone.prompt_hidden(
+            prompt.state + prompt.question, len(prompt.state), self.config.attention_mode, _whole_media(prompt)
+        )
         return whole[: len(prompt.state)]
 
     def _hidden(self, rows: Sequence[_Row]) -> tuple[torch.Tensor, dict[str, StateSnapshot]]:
@@ -367,7 +418,9 @@ class Engine:
         if self.reference:
             return torch.cat(
                 [
-                    self.backbone.prompt_rows([r.prompt.state + r.prompt.question], [len(r.prompt.state)], mode, [_whole_media(r.prompt)])
+                    self.backbone.prompt_rows(
+                        [r.prompt.state + r.prompt.question], [len(r.prompt.state)], mode, [_whole_media(r.prompt)]
+                    )
                     for r in self._each_pass(rows)
                 ]
             ), {}
@@ -391,7 +444,11 @@ class Engine:
         hidden = torch.cat(
             [
                 self.backbone.question_rows(
-                    [states[r.key] for r in p], [r.prompt.question for r in p], mode, self.token_budget, [r.prompt.question_media for r in p]
+                    [states[r.key] for r in p],
+                    [r.prompt.question for r in p],
+                    mode,
+                    self.token_budget,
+                    [r.prompt.question_media for r in p],
                 )
                 for p in self._each_pass(self._question_passes(ordered))
             ]
@@ -422,11 +479,19 @@ class Engine:
             hidden, states = self._hidden(rows)
             logits = (hidden.to(self.readout.dtype) @ self.readout.T).float().cpu()
             questions = [requests[row.request].questions[row.question] for row in rows]
-            ts = [temperature_for(len(requests[row.request].questions), self.config.temperature, self.config.temperature_by_questions) for row in rows]
+            ts = [
+                temperature_for(
+                    len(requests[row.request].questions), self.config.temperature, self.config.temperature_by_questions
+                )
+                for row in rows
+            ]
             # Every row's code probabilities at once; a label row reads its noul's two codes, no abstain.
             readings = batch_probabilities(
                 logits,
-                [2 if row.label is not None else len(coded_options(question)) for row, question in zip(rows, questions)],
+                [
+                    2 if row.label is not None else len(coded_options(question))
+                    for row, question in zip(rows, questions)
+                ],
                 ts,
                 [None if row.label is not None else self.abstain for row in rows],
             )
@@ -443,7 +508,9 @@ class Engine:
             question = requests[i].questions[q]
             assert isinstance(question, SetQuestion)
             if slots[i][q] is None:  # else one of its labels failed, and with it the set
-                slots[i][q] = set_answer(question, [probs[l] for l in range(len(probs))], self._threshold(question), composite=True)
+                slots[i][q] = set_answer(
+                    question, [probs[l] for l in range(len(probs))], self._threshold(question), composite=True
+                )
         return [
             Result(
                 tuple(s),  # type: ignore[arg-type]  # every slot is filled by now
@@ -475,7 +542,9 @@ class Engine:
         n = len(coded_options(question))
         if isinstance(question, SetQuestion):
             assert self.heads is not None
-            return set_answer(question, self.heads.set_probabilities(q, n, t), self._threshold(question), composite=False)
+            return set_answer(
+                question, self.heads.set_probabilities(q, n, t), self._threshold(question), composite=False
+            )
         if isinstance(question, SpanQuestion):
             assert self.heads is not None
             head = self._span_head(question)
@@ -483,7 +552,11 @@ class Engine:
             text = render_text(request.state)
             block = "".join(self.layout.state_parts(request.state, request.lead))
             names = [o.key for o in coded_options(question)]
-            return SpanAnswer(decode_spans(probs, row.prompt.offsets, text, len(block) - len(text), names, self._threshold(question)), self._threshold(question), head)
+            return SpanAnswer(
+                decode_spans(probs, row.prompt.offsets, text, len(block) - len(text), names, self._threshold(question)),
+                self._threshold(question),
+                head,
+            )
         if isinstance(question, BoxQuestion):
             assert self.heads is not None
             box, confidence = self.heads.box(q)
@@ -492,7 +565,9 @@ class Engine:
             assert self.heads is not None and row.video is not None
             frames, times = row.video
             boxes = self.heads.track(q, frames)
-            return TrackAnswer(tuple((time, box) for time, (box, _) in zip(times, boxes)), sum(c for _, c in boxes) / len(boxes))
+            return TrackAnswer(
+                tuple((time, box) for time, (box, _) in zip(times, boxes)), sum(c for _, c in boxes) / len(boxes)
+            )
         return answer_from(question, *finite(*reading))
 
     def answer(self, request: DecisionRequest) -> Result:

@@ -51,7 +51,12 @@ class HeadsConfig:
         if self.set:
             shapes["set.weight"] = (codes, hidden)
         for name in (*self.span, *(p for p, kind in self.presets.items() if kind == "span")):
-            shapes |= {f"span.{name}.labels": (codes, hidden), f"span.{name}.state": (hidden, hidden), f"span.{name}.question": (hidden, hidden), f"span.{name}.bias": (1,)}
+            shapes |= {
+                f"span.{name}.labels": (codes, hidden),
+                f"span.{name}.state": (hidden, hidden),
+                f"span.{name}.question": (hidden, hidden),
+                f"span.{name}.bias": (1,),
+            }
         if self.box:
             shapes["box.weight"] = (4 * self.box_bins, hidden)
         if self.track:

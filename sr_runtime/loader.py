@@ -87,4 +87,6 @@ def load_engine(
             strengths=smollm2.STRENGTHS,
             **options,
         )
-    return Engine.load(Path(model), name=name, device=device, max_model_len=max_model_len, reference=reference, **options)
+    return Engine.load(
+        Path(model), name=name, device=device, max_model_len=max_model_len, reference=reference, **options
+    )

@@ -77,9 +77,7 @@ def question_mask(mode: AttentionMode, question_lens: list[int], question_width:
     return mask[:, None]
 
 
-def padded_prompt_mask(
-    mode: AttentionMode, state_lens: list[int], prompt_lens: list[int], width: int
-) -> torch.Tensor:
+def padded_prompt_mask(mode: AttentionMode, state_lens: list[int], prompt_lens: list[int], width: int) -> torch.Tensor:
     """[B, 1, W, W] for whole prompts right-padded to `width`: each row's own mask, padding unread."""
     rows = len(prompt_lens)
     mask = torch.zeros(rows, 1, width, width, dtype=torch.bool)

@@ -47,13 +47,25 @@ def decode(placeholder: str, media: Media, limits: MediaLimits) -> tuple[torch.T
     each frame's time in seconds from the video's start, and how many frames the asset has."""
     if len(media.data) > limits.max_asset_bytes:
         raise MediaRefused(
-            placeholder, f"{len(media.data)} bytes, over the model's {limits.max_asset_bytes}", "asset_too_large", limits.max_asset_bytes
+            placeholder,
+            f"{len(media.data)} bytes, over the model's {limits.max_asset_bytes}",
+            "asset_too_large",
+            limits.max_asset_bytes,
         )
-    frames, times, total = _video(placeholder, media.data, limits) if media.kind == "video" else ([_image(placeholder, media.data)], [0.0], 1)
+    frames, times, total = (
+        _video(placeholder, media.data, limits)
+        if media.kind == "video"
+        else ([_image(placeholder, media.data)], [0.0], 1)
+    )
     for frame in frames:
         if max(frame.shape[:2]) > limits.max_side:
             h, w = frame.shape[:2]
-            raise MediaRefused(placeholder, f"{w}x{h} pixels, over the model's {limits.max_side} per side", "resolution_too_large", limits.max_side)
+            raise MediaRefused(
+                placeholder,
+                f"{w}x{h} pixels, over the model's {limits.max_side} per side",
+                "resolution_too_large",
+                limits.max_side,
+            )
     # [T, H, W, 3] uint8 -> [T, 3, H, W] in [0, 1]
     return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).float() / 255.0, times, total
 
@@ -63,7 +75,9 @@ def _image(placeholder: str, data: bytes) -> np.ndarray:
         with Image.open(io.BytesIO(data)) as image:
             return np.asarray(image.convert("RGB"))
     except (UnidentifiedImageError, OSError, ValueError):
-        raise MediaRefused(placeholder, "not a readable image (pillow knows no format in it)", "invalid_asset") from None
+        raise MediaRefused(
+            placeholder, "not a readable image (pillow knows no format in it)", "invalid_asset"
+        ) from None
 
 
 def _video(placeholder: str, data: bytes, limits: MediaLimits) -> tuple[list[np.ndarray], list[float], int]:
@@ -77,7 +91,10 @@ def _video(placeholder: str, data: bytes, limits: MediaLimits) -> tuple[list[np.
                 count += 1
                 if count > limits.max_video_frames:
                     raise MediaRefused(
-                        placeholder, f"more than the model's {limits.max_video_frames} frames", "too_many_frames", limits.max_video_frames
+                        placeholder,
+                        f"more than the model's {limits.max_video_frames} frames",
+                        "too_many_frames",
+                        limits.max_video_frames,
                     )
         if count == 0:
             raise MediaRefused(placeholder, "holds no frames", "invalid_asset")
@@ -85,7 +102,11 @@ def _video(placeholder: str, data: bytes, limits: MediaLimits) -> tuple[list[np.
         picks = set(np.linspace(0, count - 1, limits.frames).round().astype(int).tolist())
         with av.open(io.BytesIO(data), mode="r") as container:
             rate = float(container.streams.video[0].average_rate or 1)
-            kept = {i: (f.to_ndarray(format="rgb24"), f.time if f.time is not None else i / rate) for i, f in enumerate(container.decode(video=0)) if i in picks}
+            kept = {
+                i: (f.to_ndarray(format="rgb24"), f.time if f.time is not None else i / rate)
+                for i, f in enumerate(container.decode(video=0))
+                if i in picks
+            }
     except av.error.FFmpegError as exc:
         raise MediaRefused(placeholder, f"not a readable video (FFmpeg: {exc.strerror})", "invalid_asset") from None
     order = np.linspace(0, count - 1, limits.frames).round().astype(int).tolist()

@@ -28,9 +28,11 @@ from sr_runtime.types import ChoiceQuestion, NoulQuestion, Question, ScoreQuesti
 HIDDEN = 64
 VOCAB = 1024
 # d3's codes: A..Z, then AA, AB, ... up to 255 single-token codes.
-CODES = tuple([chr(c) for c in range(65, 91)] + ["".join(p) for p in product("ABCDEFGHIJ", repeat=2)] + [
-    "".join(p) for p in product("KLMNOPQRSTUVWXYZ", repeat=2)
-])[:255]
+CODES = tuple(
+    [chr(c) for c in range(65, 91)]
+    + ["".join(p) for p in product("ABCDEFGHIJ", repeat=2)]
+    + ["".join(p) for p in product("KLMNOPQRSTUVWXYZ", repeat=2)]
+)[:255]
 
 CORPUS = """\
 Our export button fails with a 500 since this morning. Open a ticket.
@@ -78,36 +80,73 @@ PRESETS = {
     p.name: p
     for p in (
         Preset(
-            "hybrid-prefix-bidir", "hybrid", "prefix_bidir", "header-v1", 1.0,
-            {"max_questions": [1, 4, 16], "temperature": [1.046, 1.0, 1.0, 1.0]}, 16384,
+            "hybrid-prefix-bidir",
+            "hybrid",
+            "prefix_bidir",
+            "header-v1",
+            1.0,
+            {"max_questions": [1, 4, 16], "temperature": [1.046, 1.0, 1.0, 1.0]},
+            16384,
             "Qwen3.5-style hybrid (linear + full layers), prefix_bidir, header-v1, temperature_by_questions",
         ),
         Preset("hybrid-causal", "hybrid", "causal", "d3", 0.75, summary="Qwen3.5-style hybrid, causal, d3 layout"),
         Preset(
-            "hybrid-noncausal", "hybrid", "noncausal_full_attention", "d3", 0.75,
+            "hybrid-noncausal",
+            "hybrid",
+            "noncausal_full_attention",
+            "d3",
+            0.75,
             summary="Qwen3.5-style hybrid, noncausal_full_attention (as public d3 checkpoints)",
         ),
         Preset("llama-causal", "llama", "causal", "d3", 1.0, summary="Llama-style, causal, d3 layout"),
         Preset(
-            "llama-prefix-bidir", "llama", "prefix_bidir", "header-v1", 1.0, validated_length=16384,
+            "llama-prefix-bidir",
+            "llama",
+            "prefix_bidir",
+            "header-v1",
+            1.0,
+            validated_length=16384,
             summary="Llama-style, prefix_bidir, header-v1",
         ),
         Preset(
-            "hybrid-vision", "hybrid", "prefix_bidir", "d3", 1.0, validated_length=16384,
+            "hybrid-vision",
+            "hybrid",
+            "prefix_bidir",
+            "d3",
+            1.0,
+            validated_length=16384,
             summary="Qwen3.5-style hybrid with a Qwen3.5 vision tower (images, video), prefix_bidir",
             vision=True,
         ),
         Preset(
-            "hybrid-heads", "hybrid", "prefix_bidir", "d3", 1.0, validated_length=16384,
+            "hybrid-heads",
+            "hybrid",
+            "prefix_bidir",
+            "d3",
+            1.0,
+            validated_length=16384,
             summary="Qwen3.5-style hybrid, prefix_bidir, with a set readout, a router span head, a pii span head and an abstain code",
             heads={"set": True, "span": ["router"], "presets": {"pii": "span"}, "threshold": 0.5},
             abstain=True,
         ),
         Preset(
-            "hybrid-vision-heads", "hybrid", "prefix_bidir", "d3", 1.0, validated_length=16384,
+            "hybrid-vision-heads",
+            "hybrid",
+            "prefix_bidir",
+            "d3",
+            1.0,
+            validated_length=16384,
             summary="hybrid-vision plus a set readout, router and broad span heads, a pii span head, box and track heads",
             vision=True,
-            heads={"set": True, "span": ["router", "broad"], "presets": {"pii": "span"}, "box": True, "track": True, "box_bins": 32, "threshold": 0.5},
+            heads={
+                "set": True,
+                "span": ["router", "broad"],
+                "presets": {"pii": "span"},
+                "box": True,
+                "track": True,
+                "box_bins": 32,
+                "threshold": 0.5,
+            },
         ),
     )
 }
@@ -129,7 +168,14 @@ def _training_text() -> list[str]:
     lines = CORPUS.splitlines()
     questions: list[Question] = [
         NoulQuestion("Does the user report a problem that blocks their work?"),
-        ChoiceQuestion((("billing", "Payments, invoices and refunds"), ("engineering", "Outages, errors and bugs"), ("other", None)), "Which team should handle this request?"),
+        ChoiceQuestion(
+            (
+                ("billing", "Payments, invoices and refunds"),
+                ("engineering", "Outages, errors and bugs"),
+                ("other", None),
+            ),
+            "Which team should handle this request?",
+        ),
         ScoreQuestion(("calm", "annoyed", "angry"), "How angry is the customer?"),
     ]
     prompts = [
@@ -191,7 +237,12 @@ def _model_config(preset: Preset, vocab: int, hidden: int, layers: int | None) -
         "tie_word_embeddings": True,
     }
     if preset.backbone == "llama":
-        return {**common, "model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": layers or 2}
+        return {
+            **common,
+            "model_type": "llama",
+            "architectures": ["LlamaForCausalLM"],
+            "num_hidden_layers": layers or 2,
+        }
     n = layers or 4
     return {
         **common,

@@ -136,7 +136,10 @@ def checked_state_tokens(value: object, rule_size: int) -> int:
 
 
 def encode_prompts(
-    tokenizer: Tokenizer | CachedTokenizer, state_block: str, question_blocks: Sequence[str], state_tokens: object = None
+    tokenizer: Tokenizer | CachedTokenizer,
+    state_block: str,
+    question_blocks: Sequence[str],
+    state_tokens: object = None,
 ) -> list[PromptTokens]:
     """Tokenize a request's prompts, reading the state once.
 
@@ -206,7 +209,11 @@ def encode_media_prompts(
             lead += encoding.ids
             offsets += [(a + at, b + at) for a, b in encoding.offsets]
         at += len(piece)
-    tail = encode_prompts(tokenizer, pieces[-1], question_blocks) if pieces[-1] else _questions_alone(tokenizer, question_blocks)
+    tail = (
+        encode_prompts(tokenizer, pieces[-1], question_blocks)
+        if pieces[-1]
+        else _questions_alone(tokenizer, question_blocks)
+    )
     return [
         PromptTokens((*lead, *p.state), p.question, tuple(spans), (*offsets, *((a + at, b + at) for a, b in p.offsets)))
         for p in tail
@@ -215,10 +222,14 @@ def encode_media_prompts(
 
 def _questions_alone(tokenizer: Tokenizer | CachedTokenizer, question_blocks: Sequence[str]) -> list[PromptTokens]:
     """A state that ends with an asset: each question block starts its own tokens."""
-    return [PromptTokens((), tuple(e.ids)) for e in tokenizer.encode_batch(list(question_blocks), add_special_tokens=False)]
+    return [
+        PromptTokens((), tuple(e.ids)) for e in tokenizer.encode_batch(list(question_blocks), add_special_tokens=False)
+    ]
 
 
-def with_question_media(tokenizer: Tokenizer, prompt: PromptTokens, rest: Sequence[str], media: Mapping[str, tuple[Any, str]]) -> PromptTokens:
+def with_question_media(
+    tokenizer: Tokenizer, prompt: PromptTokens, rest: Sequence[str], media: Mapping[str, tuple[Any, str]]
+) -> PromptTokens:
     """A prompt whose question block went on past its first placeholder: `rest` is that
     placeholder, then text, placeholder, ..., text ([P, text, P, ..., text]); each asset stands
     at its place, and each text piece is tokenized on its own (an asset is a token boundary)."""

@@ -54,7 +54,9 @@ def code_probabilities(logits: torch.Tensor, n_options: int, temperature: float)
     return abstaining_probabilities(logits, n_options, temperature, None)[0]
 
 
-def abstaining_probabilities(logits: torch.Tensor, n_options: int, temperature: float, abstain: int | None) -> tuple[list[float], float | None]:
+def abstaining_probabilities(
+    logits: torch.Tensor, n_options: int, temperature: float, abstain: int | None
+) -> tuple[list[float], float | None]:
     """As `code_probabilities`, with the abstain code (when the checkpoint has one) offered too.
 
     p = softmax over the n option codes and the abstain code; the options' probabilities are

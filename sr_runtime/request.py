@@ -35,7 +35,11 @@ def answer(engine: DecisionEngine, req: ClientRequest) -> bytes:
     plan = to_engine(req.ir, card)
     started = time.monotonic()
     results = engine.answer_batch(plan.requests) if plan.requests else []
-    timings = {"queue_ms": 0.0, "inference_ms": round((time.monotonic() - started) * 1000, 3), "batched_requests": len(plan.requests)}
+    timings = {
+        "queue_ms": 0.0,
+        "inference_ms": round((time.monotonic() - started) * 1000, 3),
+        "batched_requests": len(plan.requests),
+    }
     reply = to_reply(plan, results, engine.name, {"meta": timings}, legacy=req.schema == "vllm-sr/4.0")
     return REGISTRY.listener(req.schema).answer_success(req, reply)
 

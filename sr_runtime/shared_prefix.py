@@ -61,7 +61,9 @@ class SharedPrefix:
         return made
 
 
-def blocks(groups: Sequence[int], state_lens: Sequence[int], question_width: int, budget: int) -> list[tuple[int, int, int]]:
+def blocks(
+    groups: Sequence[int], state_lens: Sequence[int], question_width: int, budget: int
+) -> list[tuple[int, int, int]]:
     """Runs of rows of one state (`groups[b]` is row b's state), as (first row, end row, state):
     a run holds at most budget // (S + Qw) rows, the memory its scores take."""
     out: list[tuple[int, int, int]] = []
@@ -80,15 +82,21 @@ def blocks(groups: Sequence[int], state_lens: Sequence[int], question_width: int
 MASKED = -1e30
 
 
-def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def attend(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(softmax(Q K^T * scale + mask) V, log-sum-exp of each query's scores): [N, H, L, d], [N, H, L]."""
     if query.device.type == "cpu":
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, False, attn_mask=mask, scale=scale)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, 0.0, False, attn_mask=mask, scale=scale
+        )
         return out, lse
     return plain_attend(query, key, value, mask, scale)
 
 
-def plain_attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def plain_attend(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`attend` on any device, the scores held whole."""
     scores = torch.matmul(query, key.transpose(-1, -2)) * scale
     if mask is not None:
@@ -124,7 +132,9 @@ def shared_prefix_attention(
     # layer, so every token of a row may hold that token's output.
     rows = torch.arange(query.shape[0], device=query.device)
     scores = shared_prefix.question_scores(1, group, query.dtype)
-    read = _attend_rows(query[rows, :, shared_prefix.last].unsqueeze(2), key, value, scores, kv, shared_prefix.blocks, scale)
+    read = _attend_rows(
+        query[rows, :, shared_prefix.last].unsqueeze(2), key, value, scores, kv, shared_prefix.blocks, scale
+    )
     return read.expand(-1, query.shape[2], -1, -1), None
 
 
@@ -144,8 +154,13 @@ def _attend_rows(
     # Queries as [kv_heads, G, B, L, d]: a run's queries of one key/value head are one sequence.
     q = query.view(rows, kv_heads, group, width, d).permute(1, 2, 0, 3, 4)
     # Each row's own question, all rows at once: the G heads of a key/value head as one sequence.
-    o_q, l_q = attend(q.permute(2, 0, 1, 3, 4).reshape(rows, kv_heads, group * width, d), key, value, question_scores, scale)
-    o_q, l_q = o_q.view(rows, kv_heads, group, width, d).permute(1, 2, 0, 3, 4), l_q.view(rows, kv_heads, group, width).permute(1, 2, 0, 3)
+    o_q, l_q = attend(
+        q.permute(2, 0, 1, 3, 4).reshape(rows, kv_heads, group * width, d), key, value, question_scores, scale
+    )
+    o_q, l_q = (
+        o_q.view(rows, kv_heads, group, width, d).permute(1, 2, 0, 3, 4),
+        l_q.view(rows, kv_heads, group, width).permute(1, 2, 0, 3),
+    )
     o_s = query.new_empty(kv_heads, group, rows, width, d)
     l_s = query.new_empty(kv_heads, group, rows, width)
     for start, end, g in runs:

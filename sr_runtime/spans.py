@@ -40,7 +40,9 @@ def decode_spans(
     return tuple(sorted(spans, key=lambda s: (s.start, s.end, s.label)))
 
 
-def _span(run: list[int], p: torch.Tensor, offsets: Sequence[tuple[int, int]], text: str, text_start: int, label: str) -> Span | None:
+def _span(
+    run: list[int], p: torch.Tensor, offsets: Sequence[tuple[int, int]], text: str, text_start: int, label: str
+) -> Span | None:
     start, end = offsets[run[0]][0] - text_start, offsets[run[-1]][1] - text_start
     while start < end and text[start].isspace():
         start += 1

@@ -94,7 +94,9 @@ class TrackQuestion:
     type: QuestionType = field(default="track", init=False)
 
 
-Question: TypeAlias = Union[NoulQuestion, ChoiceQuestion, ScoreQuestion, SetQuestion, SpanQuestion, BoxQuestion, TrackQuestion]
+Question: TypeAlias = Union[
+    NoulQuestion, ChoiceQuestion, ScoreQuestion, SetQuestion, SpanQuestion, BoxQuestion, TrackQuestion
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +129,9 @@ def _coded_options(question: Question) -> tuple[Option, ...]:
             Option(name, name if desc is None else f"{name}: {render_text(desc)}") for name, desc in question.options
         )
     if isinstance(question, (SetQuestion, SpanQuestion)):  # labels, each with its own code
-        return tuple(Option(name, name if desc is None else f"{name}: {render_text(desc)}") for name, desc in question.labels)
+        return tuple(
+            Option(name, name if desc is None else f"{name}: {render_text(desc)}") for name, desc in question.labels
+        )
     if isinstance(question, (BoxQuestion, TrackQuestion)):
         return ()
     return tuple(Option(str(i), render_text(level)) for i, level in enumerate(question.levels))

@@ -62,18 +62,24 @@ class VisionTower:
         return MediaLimits(m.max_asset_bytes, m.max_side, m.max_video_frames, m.video_frames)
 
     @classmethod
-    def load(cls, path: Path, media: MediaConfig | None, device: torch.device, dtype: torch.dtype = torch.float32) -> VisionTower | None:
+    def load(
+        cls, path: Path, media: MediaConfig | None, device: torch.device, dtype: torch.dtype = torch.float32
+    ) -> VisionTower | None:
         folder = path / VISION
         if media is None and not folder.is_dir():
             return None
         if media is None or not folder.is_dir():
-            raise CheckpointError(f"{path}: a vision tower needs both the {VISION}/ folder and decision_config.json media")
+            raise CheckpointError(
+                f"{path}: a vision tower needs both the {VISION}/ folder and decision_config.json media"
+            )
         from transformers import AutoConfig
         from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5VisionModel
 
         config = AutoConfig.from_pretrained(folder, local_files_only=True)
         if config.model_type != "qwen3_5_vision":
-            raise CheckpointError(f"unsupported vision tower model_type {config.model_type!r} in {folder}/config.json (supported: qwen3_5_vision)")
+            raise CheckpointError(
+                f"unsupported vision tower model_type {config.model_type!r} in {folder}/config.json (supported: qwen3_5_vision)"
+            )
         try:
             model = Qwen3_5VisionModel.from_pretrained(folder, dtype=dtype, local_files_only=True)
         except (OSError, ValueError, RuntimeError) as exc:

@@ -99,9 +99,16 @@ class SchemaCodec:
         named = list(items(ir))
         if self.batch and isinstance(ir, Batch):
             doc = _batch_doc(ir, self.id, target.model, options)
-            calls = [WireCall("POST", target.path.rstrip("/") + "/batch", doc, tuple(n for n, _ in named), headers, batch=True)]
+            calls = [
+                WireCall(
+                    "POST", target.path.rstrip("/") + "/batch", doc, tuple(n for n, _ in named), headers, batch=True
+                )
+            ]
         else:
-            calls = [WireCall("POST", target.path, request_doc(r, self.id, target.model, options), (name,), headers) for name, r in named]
+            calls = [
+                WireCall("POST", target.path, request_doc(r, self.id, target.model, options), (name,), headers)
+                for name, r in named
+            ]
         diagnostics: list[str] = []
         if len(calls) > 1:
             diagnostics.append(f"split into {len(calls)} calls, at most {target.max_concurrency} at once")
@@ -124,9 +131,18 @@ class SchemaCodec:
             if call.batch and info.state in call.items:
                 # A 5.0 batch fails whole on one request's question: that request keeps the
                 # error; the others were simply not answered.
-                others = replace(info, code="question_failed", reason="batch_failed", question=None, items=(),
-                                 message=f"not answered: the batch failed on request {info.state!r}")
-                return {name: ItemResult(error=info if name == info.state else replace(others, state=name)) for name in call.items}
+                others = replace(
+                    info,
+                    code="question_failed",
+                    reason="batch_failed",
+                    question=None,
+                    items=(),
+                    message=f"not answered: the batch failed on request {info.state!r}",
+                )
+                return {
+                    name: ItemResult(error=info if name == info.state else replace(others, state=name))
+                    for name in call.items
+                }
             return {name: ItemResult(error=_for_item(info, name, plan)) for name in call.items}
         if call.batch:
             sub = Batch({name: r for name, r in items(plan.ir) if name in call.items})
@@ -141,7 +157,9 @@ class SchemaCodec:
         return {name: ItemResult(error=_for_item(err.info, name, plan)) for name in call.items}
 
     def assemble(self, plan: CallPlan, results: Mapping[str, ItemResult]) -> Reply:
-        named = {name: results.get(name) or ItemResult(error=_for_item(_NOT_RUN, name, plan)) for name, _ in items(plan.ir)}
+        named = {
+            name: results.get(name) or ItemResult(error=_for_item(_NOT_RUN, name, plan)) for name, _ in items(plan.ir)
+        }
         model = next((r.model for r in named.values() if r.model), None)
         return Reply(named, model)
 
@@ -184,7 +202,9 @@ def _capabilities(schema: str) -> frozenset[str]:
     standard = {*STANDARD_QUESTIONS, *STANDARD_ASSET_FORMATS, "presets"}  # presets: expanded
     if schema == "systemone/0.2":
         return frozenset(standard)
-    return frozenset(standard | {*REFUSE["question_type"], *REFUSE["asset_type"], *REFUSE["question"], "batch", "roles"})
+    return frozenset(
+        standard | {*REFUSE["question_type"], *REFUSE["asset_type"], *REFUSE["question"], "batch", "roles"}
+    )
 
 
 def _codecs() -> dict[str, SchemaCodec]:

@@ -92,7 +92,8 @@ def _openapi_surface(schemas: Mapping[str, Any], names: Mapping[str, str]) -> Su
             continue
         required = set(schema.get("required", ()))
         surface[component] = {
-            name: Member(_oas(prop, schemas, names), name in required, _oas_bounds(prop)) for name, prop in schema["properties"].items()
+            name: Member(_oas(prop, schemas, names), name in required, _oas_bounds(prop))
+            for name, prop in schema["properties"].items()
         }
     return surface
 
@@ -124,7 +125,12 @@ def _oas(schema: Mapping[str, Any], schemas: Mapping[str, Any], names: Mapping[s
 
 
 def _oas_bounds(schema: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
-    keys = {"minItems": "min_items", "minProperties": "min_items", "maxItems": "max_items", "maxProperties": "max_items"}
+    keys = {
+        "minItems": "min_items",
+        "minProperties": "min_items",
+        "maxItems": "max_items",
+        "maxProperties": "max_items",
+    }
     found = {keys[k]: v for k, v in schema.items() if k in keys}
     for branch in schema.get("anyOf") or schema.get("oneOf") or ():  # pydantic bounds the non-null branch
         found.update({keys[k]: v for k, v in branch.items() if k in keys})
@@ -227,9 +233,13 @@ def compare(ours: Surface, theirs: Surface) -> list[str]:
             if ours_m.type != theirs_m.type:
                 out.append(f"{component}.{name}: type: ours {ours_m.type}, published {theirs_m.type}")
             if ours_m.required != theirs_m.required:
-                out.append(f"{component}.{name}: ours {'requires' if ours_m.required else 'does not require'} it, the published document {'does' if theirs_m.required else 'does not'}")
+                out.append(
+                    f"{component}.{name}: ours {'requires' if ours_m.required else 'does not require'} it, the published document {'does' if theirs_m.required else 'does not'}"
+                )
             if ours_m.bounds != theirs_m.bounds:
-                out.append(f"{component}.{name}: bounds: ours {dict(ours_m.bounds) or 'none'}, published {dict(theirs_m.bounds) or 'none'}")
+                out.append(
+                    f"{component}.{name}: bounds: ours {dict(ours_m.bounds) or 'none'}, published {dict(theirs_m.bounds) or 'none'}"
+                )
         for name in published:
             if name not in members:
                 out.append(f"{component}.{name}: published only (our description lacks it)")

@@ -105,7 +105,9 @@ class ProtocolError(Exception):
         super().__init__(message)
         status = status or self.status
         if error_type is None:  # a status other than the class's names its own error_type
-            error_type = self.error_type if status == type(self).status else ERROR_TYPE_BY_STATUS.get(status, self.error_type)
+            error_type = (
+                self.error_type if status == type(self).status else ERROR_TYPE_BY_STATUS.get(status, self.error_type)
+            )
         self.info = ErrorInfo(
             status=status,
             code=code or self.code,

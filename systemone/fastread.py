@@ -31,7 +31,13 @@ _NO_EXTENSIONS = JsonObject()
 _NO_ASSETS: Mapping[str, Any] = MappingProxyType({})
 _TEXT = Union[str, dict, list]  # "text": a string, an object or an array
 _CONTAINERS = frozenset({dict, list})
-_BOUNDS = {"min_items": "min_length", "max_items": "max_length", "minimum": "ge", "maximum": "le", "exclusive_minimum": "gt"}
+_BOUNDS = {
+    "min_items": "min_length",
+    "max_items": "max_length",
+    "minimum": "ge",
+    "maximum": "le",
+    "exclusive_minimum": "gt",
+}
 _NOUL_CRITERIA = msgspec.defstruct(
     "NoulCriteria",
     [(side, Union[_TEXT, None, msgspec.UnsetType], msgspec.UNSET) for side in F.STANDARD_NOUL_CRITERIA],

@@ -166,6 +166,7 @@ def _bounds(value: Any, bounds: Mapping[str, Any], out: list[Problem]) -> None:
             out.append(((), f"must be more than {bounds['exclusive_minimum']}", "greater_than"))
         return
     if isinstance(value, (dict, tuple, list)):
+
         def what(n: int) -> str:
             return ("entry" if n == 1 else "entries") if isinstance(value, dict) else ("item" if n == 1 else "items")
 

@@ -46,7 +46,9 @@ def limit_ctx(kind: str, bounds: Mapping[str, Any] | None) -> dict[str, Any] | N
     return None
 
 
-def check_members(doc: Mapping[str, Any], allowed: frozenset[str], loc: Loc, reading: Reading, found: Found, why: str = "") -> None:
+def check_members(
+    doc: Mapping[str, Any], allowed: frozenset[str], loc: Loc, reading: Reading, found: Found, why: str = ""
+) -> None:
     for name in doc:
         if name in allowed:
             continue

@@ -222,7 +222,12 @@ def runtime_module(specs: SpecSet) -> str:
     )
 
 
-_BASE = {"state": "Our export button fails with a 500 since this morning.", "questions": {"blocked": {"type": "noul", "instructions": "Does the user report a problem that blocks their work?"}}}
+_BASE = {
+    "state": "Our export button fails with a 500 since this morning.",
+    "questions": {
+        "blocked": {"type": "noul", "instructions": "Does the user report a problem that blocks their work?"}
+    },
+}
 
 
 def corpus_entries(specs: SpecSet) -> Iterator[tuple[str, Any]]:
@@ -313,15 +318,29 @@ def reference_page(specs: SpecSet) -> str:
     for f in specs.fields:
         if f["level"] in ("endpoint", "error"):
             continue
-        cells = ["✓" if fam in f.get("families", ()) else "✗" if fam in f.get("rejected_by", ()) else "·" for fam in fams]
+        cells = [
+            "✓" if fam in f.get("families", ()) else "✗" if fam in f.get("rejected_by", ()) else "·" for fam in fams
+        ]
         out.append(f"| {f['level']}.`{f['name']}` | " + " | ".join(cells) + " |")
-    out += ["", "## Canonical presets", "", "What a preset-only question means, and what a systemone/0.2 target is sent instead.", ""]
+    out += [
+        "",
+        "## Canonical presets",
+        "",
+        "What a preset-only question means, and what a systemone/0.2 target is sent instead.",
+        "",
+    ]
     out += ["| preset | type | instructions | criteria |", "|---|---|---|---|"]
     for name, p in specs.extensions["presets"].items():
         crit = p.get("criteria")
         crit_text = ", ".join(crit) if isinstance(crit, dict) else " < ".join(crit or ())
         out.append(f"| `{name}` | {p['type']} | {p['instructions']} | {crit_text} |")
-    out += ["", "## Forms only vllm-sr/4.0 accepts", "", "A `vllm-sr/4.0` listener accepts these and counts each by name.", ""]
+    out += [
+        "",
+        "## Forms only vllm-sr/4.0 accepts",
+        "",
+        "A `vllm-sr/4.0` listener accepts these and counts each by name.",
+        "",
+    ]
     out += ["| form | what |", "|---|---|"]
     for form in specs.legacy_forms:
         out.append(f"| `{form['name']}` | {' '.join(str(form['summary']).split())} |")

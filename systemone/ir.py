@@ -101,14 +101,38 @@ class Question:
 # sets each slot through object.__setattr__; ``read_question`` sets them through their
 # descriptors, which is the same at half the cost (tests/systemone/test_ir.py holds the two
 # equal, field for field).
-QUESTION_SLOTS = ("type", "instructions", "criteria", "criteria_member", "extensions", "order", "problem", "raw", "as_read")
-_set_type, _set_instructions, _set_criteria, _set_member, _set_extensions, _set_order, _set_problem, _set_raw, _set_as_read = (
-    getattr(Question, name).__set__ for name in QUESTION_SLOTS
+QUESTION_SLOTS = (
+    "type",
+    "instructions",
+    "criteria",
+    "criteria_member",
+    "extensions",
+    "order",
+    "problem",
+    "raw",
+    "as_read",
 )
+(
+    _set_type,
+    _set_instructions,
+    _set_criteria,
+    _set_member,
+    _set_extensions,
+    _set_order,
+    _set_problem,
+    _set_raw,
+    _set_as_read,
+) = (getattr(Question, name).__set__ for name in QUESTION_SLOTS)
 
 
 def read_question(
-    type_: str, instructions: Any, criteria: Any, criteria_member: str, extensions: JsonObject, order: tuple[str, ...], as_read: JsonObject | None
+    type_: str,
+    instructions: Any,
+    criteria: Any,
+    criteria_member: str,
+    extensions: JsonObject,
+    order: tuple[str, ...],
+    as_read: JsonObject | None,
 ) -> Question:
     """``Question(type_, instructions, criteria, criteria_member, extensions, order)``, read
     without a problem, with ``as_read`` set."""
@@ -235,9 +259,14 @@ def describe(ir: Request | Batch) -> dict[str, Any]:
         "kind": "request",
         "model": ir.model,
         "state": ir.state,
-        "roles": {"mode": ir.roles.mode, "of_state_keys": ir.roles.of(ir.state)} if isinstance(ir.state, dict) else {"mode": ir.roles.mode},
+        "roles": {"mode": ir.roles.mode, "of_state_keys": ir.roles.of(ir.state)}
+        if isinstance(ir.state, dict)
+        else {"mode": ir.roles.mode},
         "media": list(ir.media),
-        "assets": {p: {"type": a.type, **{k: v for k, v in a.members.items() if k != "data_base64"}} for p, a in ir.assets.items()},
+        "assets": {
+            p: {"type": a.type, **{k: v for k, v in a.members.items() if k != "data_base64"}}
+            for p, a in ir.assets.items()
+        },
         "questions": {q_id: _describe_question(q) for q_id, q in ir.questions.items()},
         "options": ir.options,
         "long_context": ir.long_context,

@@ -44,7 +44,11 @@ from systemone.writing import internal_body, renames
 
 LONG_CONTEXT_HEADER = "typesafe-danger-zone-long-context"
 UPSTREAM_PATH = "/v1/decisions"
-PATHS: Mapping[str, Endpoint] = {"/v1/systemone": "systemone", "/v1/systemone/batch": "batch", "/v1/decisions": "decisions"}
+PATHS: Mapping[str, Endpoint] = {
+    "/v1/systemone": "systemone",
+    "/v1/systemone/batch": "batch",
+    "/v1/decisions": "decisions",
+}
 LISTING_PATH = "/v1/models"
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
 
@@ -91,7 +95,9 @@ class ListenerCodec:
     def endpoint(self, path: str) -> Endpoint:
         endpoint = PATHS.get(path.split("?", 1)[0].rstrip("/") or "/")
         if endpoint is None or endpoint not in self.readings:
-            raise NotServed(f"{self.schema} serves no {path} (it serves {', '.join(self.paths)} and GET {LISTING_PATH})")
+            raise NotServed(
+                f"{self.schema} serves no {path} (it serves {', '.join(self.paths)} and GET {LISTING_PATH})"
+            )
         return endpoint
 
     def read(self, path: str, body: bytes, headers: Headers = ()) -> ClientRequest:
@@ -124,7 +130,9 @@ class ListenerCodec:
         states = req is not None and isinstance(req.ir, Batch) and req.ir.form == "states"
         return HttpAnswer(info.status, error_headers(info), dumpb(error_doc(info, self.flavour, states)))
 
-    def answer_upstream_error(self, req: ClientRequest | None, status: int, headers: Headers, body: bytes) -> HttpAnswer:
+    def answer_upstream_error(
+        self, req: ClientRequest | None, status: int, headers: Headers, body: bytes
+    ) -> HttpAnswer:
         """An upstream's error reply, re-encoded in this listener's form."""
         return self.answer_error(decode_error(status, headers, body), req)
 

@@ -21,7 +21,9 @@ def configure(level: str = "info", fmt: LogFormat = "console") -> None:
     else:
         # Plain tracebacks: the default draws them with rich, locals and all, which took minutes
         # for a deep one and held a server's event loop meanwhile (docs/reliability.md).
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback)
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -106,7 +106,9 @@ def read_media_member(raw: Any, assets: Mapping[str, Asset], found: Found, loc: 
     return tuple(raw)
 
 
-def inline_media(state: Any, states: Any, questions: Mapping[str, Question], assets: Mapping[str, Asset]) -> tuple[str, ...]:
+def inline_media(
+    state: Any, states: Any, questions: Mapping[str, Question], assets: Mapping[str, Asset]
+) -> tuple[str, ...]:
     """4.0 inline media that nothing refers to are read before the state, images then videos."""
     texts = list(strings(states if states is not None else state))
     for q in questions.values():
@@ -134,10 +136,16 @@ def part_problems(ir: Request | Batch, parts: Collection[str]) -> list[DetailIte
                 continue
             claimed[part] = claimed.get(part, 0) + 1
             if part not in parts:
-                problems.append(DetailItem((*at, "assets", placeholder, "part"), f"no multipart part is named {part!r}", "value_error"))
+                problems.append(
+                    DetailItem(
+                        (*at, "assets", placeholder, "part"), f"no multipart part is named {part!r}", "value_error"
+                    )
+                )
     for part in parts:
         count = claimed.get(part, 0)
         if count != 1:
             why = "no asset claims it" if count == 0 else f"{count} assets claim it"
-            problems.append(DetailItem(("body", part), f"the multipart part {part!r}: {why} (exactly one must)", "value_error"))
+            problems.append(
+                DetailItem(("body", part), f"the multipart part {part!r}: {why} (exactly one must)", "value_error")
+            )
     return problems

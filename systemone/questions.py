@@ -56,7 +56,9 @@ def read_questions(doc: Mapping[str, Any], reading: Reading, found: Found, loc: 
 
 def _failed(q_id: str, raw: Any, items: list[DetailItem]) -> Question:
     message = "; ".join(f"{loc_text(i.loc)}: {i.msg}" for i in items)
-    problem = ErrorInfo(422, "invalid_question", message, "api_usage_error", "question_malformed", q_id, items=tuple(items))
+    problem = ErrorInfo(
+        422, "invalid_question", message, "api_usage_error", "question_malformed", q_id, items=tuple(items)
+    )
     return Question(type=str(raw.get("type", "")), order=tuple(raw), problem=problem, raw=raw)
 
 
@@ -72,7 +74,11 @@ def _question(q: Json, reading: Reading, found: Found, at: Loc) -> Question | No
         return None
     if not isinstance(kind, str) or kind not in reading.question_members:  # (an object is not hashable)
         tags = ", ".join(repr(t) for t in reading.question_members)
-        found.bad(at + ("type",), f"Input tag {kind!r} found using 'type' does not match any of the expected tags: {tags}", "union_tag_invalid")
+        found.bad(
+            at + ("type",),
+            f"Input tag {kind!r} found using 'type' does not match any of the expected tags: {tags}",
+            "union_tag_invalid",
+        )
         return None
     at = at + (kind,)  # FastAPI's loc names the union member: questions.<id>.<type>.<field>
     allowed = reading.question_members[kind]
@@ -133,7 +139,11 @@ def _criteria(q: Mapping[str, Any], kind: str, reading: Reading, found: Found, a
                     found.typed(at + ("criteria", side), "text?", value[side])
         return value, member
     if kind == "score" and isinstance(value, dict):
-        found.bad(at + ("criteria",), "score criteria are an array of levels, low to high (the map form is not accepted)", "list_type")
+        found.bad(
+            at + ("criteria",),
+            "score criteria are an array of levels, low to high (the map form is not accepted)",
+            "list_type",
+        )
         return MISSING, member
     check = reading.criteria_valid.get(kind)
     if check is not None and not check(value):
@@ -153,6 +163,12 @@ def _preset_only(question: Question, reading: Reading, found: Found, at: Loc) ->
     found.form("preset_only")
     preset = F.PRESETS.get(question.preset) if isinstance(question.preset, str) else None
     if preset is None:
-        found.bad(at + ("preset",), f"unknown preset {question.preset!r} (canonical presets: {', '.join(F.PRESETS)})", "enum")
+        found.bad(
+            at + ("preset",), f"unknown preset {question.preset!r} (canonical presets: {', '.join(F.PRESETS)})", "enum"
+        )
     elif preset["type"] != question.type:
-        found.bad(at + ("preset",), f"preset {question.preset!r} is a {preset['type']} question, not {question.type}", "value_error")
+        found.bad(
+            at + ("preset",),
+            f"preset {question.preset!r} is a {preset['type']} question, not {question.type}",
+            "value_error",
+        )

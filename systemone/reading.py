@@ -38,7 +38,17 @@ from systemone.errors import (
 from systemone.found import Found, Loc, check_members
 from systemone.generated import fields as F
 from systemone.ir import IMPLICIT, MISSING, NO_ROLES, Batch, Endpoint, Request, Roles, frozen_map
-from systemone.jsontext import DECLINED, DuplicateMember, Json, JsonObject, JsonTextError, as_content, read_plain, read_shape, stdlib_loads
+from systemone.jsontext import (
+    DECLINED,
+    DuplicateMember,
+    Json,
+    JsonObject,
+    JsonTextError,
+    as_content,
+    read_plain,
+    read_shape,
+    stdlib_loads,
+)
 from systemone.media import inline_media, media_split, read_assets, read_media_member
 from systemone.questions import read_questions
 from systemone.rules import READINGS, Reading
@@ -258,7 +268,7 @@ def _roles(doc: Mapping[str, Any], reading: Reading, found: Found, loc: Loc, sta
         return NO_ROLES
     if not found.typed(at, _ROLES_TYPE, roles):
         return NO_ROLES
-    for s in (state if isinstance(state, tuple) and "states" in doc else (state,)):
+    for s in state if isinstance(state, tuple) and "states" in doc else (state,):
         if isinstance(s, dict):
             for key in roles:
                 if key not in s:

@@ -50,7 +50,9 @@ def _get(table: Mapping[str, T], key: str, what: str) -> T:
         raise UnknownSchemaError(f"unknown {what} {key!r} (supported: {', '.join(sorted(table))})") from None
 
 
-def check(listeners: Mapping[str, ListenerCodec], clients: Mapping[str, SchemaCodec], deviations: Mapping[str, Deviation]) -> list[str]:
+def check(
+    listeners: Mapping[str, ListenerCodec], clients: Mapping[str, SchemaCodec], deviations: Mapping[str, Deviation]
+) -> list[str]:
     """Every problem with the tables at once."""
     problems = []
     for sid, codec in [*listeners.items(), *clients.items()]:
@@ -88,7 +90,9 @@ def build(
     problems = check(listeners, clients, deviations)
     if problems:
         raise RuntimeError("invalid codec registry: " + "; ".join(problems))
-    return CodecRegistry(MappingProxyType(dict(listeners)), MappingProxyType(dict(clients)), MappingProxyType(dict(deviations)))
+    return CodecRegistry(
+        MappingProxyType(dict(listeners)), MappingProxyType(dict(clients)), MappingProxyType(dict(deviations))
+    )
 
 
 REGISTRY = build()

@@ -34,7 +34,14 @@ from systemone.ir import Batch, Endpoint, ItemResult, Listing, ListingItem, Repl
 from systemone.jsontext import JsonObject, JsonTextError, Number, dumps_layout, loads, read_plain
 
 Flavour = Literal["standard", "vllm-sr", "legacy"]
-_STATUS_CODE = {413: "request_too_large", 422: "invalid_request", 429: "rate_limited", 503: "unavailable", 504: "deadline_exceeded", 529: "overloaded"}
+_STATUS_CODE = {
+    413: "request_too_large",
+    422: "invalid_request",
+    429: "rate_limited",
+    503: "unavailable",
+    504: "deadline_exceeded",
+    529: "overloaded",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +142,12 @@ def decode_error(status: int, headers: Mapping[str, str] | Iterable[tuple[str, s
 
 def _item(d: Mapping[str, Any]) -> DetailItem:
     ctx = d.get("ctx")
-    return DetailItem(tuple(d.get("loc", ())), str(d.get("msg", "")), str(d.get("type", "")), dict(ctx) if isinstance(ctx, dict) else None)
+    return DetailItem(
+        tuple(d.get("loc", ())),
+        str(d.get("msg", "")),
+        str(d.get("type", "")),
+        dict(ctx) if isinstance(ctx, dict) else None,
+    )
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -158,7 +170,12 @@ def decode_reply(body: bytes | Mapping[str, Any], ir: Request | Batch) -> Reply:
     """An answer in the shape of ``ir``: a response, a batch's responses, or 4.0's per-state arrays."""
     read = loads(body) if isinstance(body, (bytes, bytearray)) else body
     if not isinstance(read, dict):
-        raise ProtocolError("the upstream's answer is not a JSON object", status=502, code="invalid_model_output", error_type="upstream_error")
+        raise ProtocolError(
+            "the upstream's answer is not a JSON object",
+            status=502,
+            code="invalid_model_output",
+            error_type="upstream_error",
+        )
     # Its members are the upstream's to shape; each is read as this wire version defines it.
     doc: Mapping[str, Any] = read
     model = doc.get("model")
@@ -166,7 +183,11 @@ def decode_reply(body: bytes | Mapping[str, Any], ir: Request | Batch) -> Reply:
         return Reply({"": item_result(doc)}, model)
     if ir.form == "requests":
         responses = doc.get("responses") or {}
-        return Reply({name: item_result(responses[name]) if name in responses else _unanswered(name) for name in ir.items}, model, doc.get("usage"))
+        return Reply(
+            {name: item_result(responses[name]) if name in responses else _unanswered(name) for name in ir.items},
+            model,
+            doc.get("usage"),
+        )
     per_state = {k: v for k, v in doc.items() if k not in ("model", "answers", "usage") and isinstance(v, tuple)}
     answers = doc.get("answers") or ()
     results = {}
@@ -186,7 +207,14 @@ def item_result(doc: Mapping[str, Any]) -> ItemResult:
 
 
 def _unanswered(name: str) -> ItemResult:
-    info = ErrorInfo(500, "question_failed", f"the upstream gave no answer for {name!r}", "unknown", "invalid_model_output", state=name)
+    info = ErrorInfo(
+        500,
+        "question_failed",
+        f"the upstream gave no answer for {name!r}",
+        "unknown",
+        "invalid_model_output",
+        state=name,
+    )
     return ItemResult(error=info)
 
 
@@ -201,7 +229,13 @@ def reply_as_sent(body: bytes, ir: Request | Batch, endpoint: Endpoint, flavour:
     if type(doc) is not dict or list(doc)[:3] != ["model", "answers", "usage"]:
         return None
     answers = doc["answers"]
-    if type(doc["model"]) is not str or not doc["model"] or doc["usage"] is None or type(answers) is not dict or len(answers) < len(ir.questions):
+    if (
+        type(doc["model"]) is not str
+        or not doc["model"]
+        or doc["usage"] is None
+        or type(answers) is not dict
+        or len(answers) < len(ir.questions)
+    ):
         return None
     raises = endpoint != "decisions"  # where a failed question fails the request
     for (q_id, question), a_id in zip(ir.questions.items(), answers):
@@ -249,15 +283,26 @@ def reply_doc(reply: Reply, ir: Request | Batch, endpoint: Endpoint, flavour: Fl
     names = list(reply.items)
     if not inline_errors:
         for name, request in _requests(ir):
-            _raise_first_failure(reply.items.get(name) or _unanswered(name), request, name if isinstance(ir, Batch) else None)
-    docs = {name: _response(reply.items.get(name) or _unanswered(name), request, flavour, inline_errors) for name, request in _requests(ir)}
+            _raise_first_failure(
+                reply.items.get(name) or _unanswered(name), request, name if isinstance(ir, Batch) else None
+            )
+    docs = {
+        name: _response(reply.items.get(name) or _unanswered(name), request, flavour, inline_errors)
+        for name, request in _requests(ir)
+    }
     model = reply.model or next((d.get("model") for d in docs.values() if d.get("model")), None) or ""
     if isinstance(ir, Request):
         return docs[""]
-    usage = reply.usage if reply.usage is not None else _sum_usage(reply.items[n].usage for n in names if n in reply.items)
+    usage = (
+        reply.usage if reply.usage is not None else _sum_usage(reply.items[n].usage for n in names if n in reply.items)
+    )
     if ir.form == "requests":
         return JsonObject([("model", model), ("responses", JsonObject(docs)), ("usage", usage)])
-    members: list[tuple[str, Any]] = [("model", model), ("answers", tuple(d["answers"] for d in docs.values())), ("usage", usage)]
+    members: list[tuple[str, Any]] = [
+        ("model", model),
+        ("answers", tuple(d["answers"] for d in docs.values())),
+        ("usage", usage),
+    ]
     extra_names = [k for d in docs.values() for k in d if k not in ("model", "answers", "usage")]
     for k in dict.fromkeys(extra_names):
         members.append((k, tuple(d.get(k, JsonObject()) for d in docs.values())))
@@ -274,7 +319,13 @@ def _raise_first_failure(result: ItemResult, request: Request, state: str | None
     for q_id in request.questions:
         answer = result.answers.get(q_id)
         if answer is None:
-            raise QuestionFailed(f"the model gave no answer to question {q_id!r}", status=500, question=q_id, state=state, reason="invalid_model_output")
+            raise QuestionFailed(
+                f"the model gave no answer to question {q_id!r}",
+                status=500,
+                question=q_id,
+                state=state,
+                reason="invalid_model_output",
+            )
         if isinstance(answer, dict) and "error" in answer:
             raise question_error(q_id, answer, state)
 
@@ -283,10 +334,14 @@ def question_error(q_id: str, answer: Mapping[str, Any], state: str | None = Non
     code = str(answer["error"])
     status = QUESTION_ERROR_STATUS.get(code, 500)
     message = str(answer.get("message") or f"question {q_id!r} cannot be answered: {code}")
-    loc: tuple[str | int, ...] = ("body", "questions", q_id) if state is None else ("body", "requests", state, "questions", q_id)
+    loc: tuple[str | int, ...] = (
+        ("body", "questions", q_id) if state is None else ("body", "requests", state, "questions", q_id)
+    )
     items = (DetailItem(loc, message, code),) if status == 422 else ()
     reason = answer.get("reason")
-    return QuestionFailed(message, status=status, question=q_id, state=state, reason=str(reason) if reason else code, items=items)
+    return QuestionFailed(
+        message, status=status, question=q_id, state=state, reason=str(reason) if reason else code, items=items
+    )
 
 
 def _response(result: ItemResult, request: Request, flavour: Flavour, inline_errors: bool) -> JsonObject:
@@ -309,7 +364,9 @@ def _response(result: ItemResult, request: Request, flavour: Flavour, inline_err
 
 
 def _error_answer(kind: str, info: ErrorInfo) -> JsonObject:
-    code = info.code if info.code not in ("question_failed", "upstream_error") else (info.reason or "invalid_model_output")
+    code = (
+        info.code if info.code not in ("question_failed", "upstream_error") else (info.reason or "invalid_model_output")
+    )
     return JsonObject([("type", kind), ("error", code), ("reason", info.reason or code), ("message", info.message)])
 
 
@@ -340,11 +397,15 @@ def decode_listing(status: int, body: bytes) -> Listing:
         raise upstream_error(status, (), body)
     read = loads(body)
     if not isinstance(read, dict):
-        raise ProtocolError("the model listing is not a JSON object", status=502, code="upstream_error", error_type="upstream_error")
+        raise ProtocolError(
+            "the model listing is not a JSON object", status=502, code="upstream_error", error_type="upstream_error"
+        )
     doc: Mapping[str, Any] = read  # the entries are the upstream's to shape, as in decode_reply
     entries = doc.get("models")
     if entries is None and "data" in doc:  # 4.0's listing
-        entries = tuple(JsonObject([("name", d.get("id", "")), *((k, v) for k, v in d.items() if k != "id")]) for d in doc["data"])
+        entries = tuple(
+            JsonObject([("name", d.get("id", "")), *((k, v) for k, v in d.items() if k != "id")]) for d in doc["data"]
+        )
     out = []
     for entry in entries or ():
         standard = {"name", "description", "release_date"}
@@ -353,7 +414,9 @@ def decode_listing(status: int, body: bytes) -> Listing:
                 name=str(entry.get("name", "")),
                 description=str(entry.get("description", "")),
                 release_date=str(entry.get("release_date", "")),
-                extensions=JsonObject((k, v) for k, v in entry.items() if k not in standard and k in REPLY_EXTENSIONS["listing_item"]),
+                extensions=JsonObject(
+                    (k, v) for k, v in entry.items() if k not in standard and k in REPLY_EXTENSIONS["listing_item"]
+                ),
             )
         )
     return Listing(tuple(out))
@@ -362,12 +425,19 @@ def decode_listing(status: int, body: bytes) -> Listing:
 def listing_doc(listing: Listing, flavour: Flavour) -> JsonObject:
     models = []
     for item in listing.models:
-        entry: list[tuple[str, Any]] = [("name", item.name), ("description", item.description), ("release_date", item.release_date)]
+        entry: list[tuple[str, Any]] = [
+            ("name", item.name),
+            ("description", item.description),
+            ("release_date", item.release_date),
+        ]
         if flavour != "standard":
             entry += list(item.extensions.items())
         models.append(JsonObject(entry))
     members: list[tuple[str, Any]] = [("models", tuple(models))]
     if flavour == "legacy":
-        data = [JsonObject([("id", item.name), ("description", item.description), *item.extensions.items()]) for item in listing.models]
+        data = [
+            JsonObject([("id", item.name), ("description", item.description), *item.extensions.items()])
+            for item in listing.models
+        ]
         members.append(("data", tuple(data)))
     return JsonObject(members)

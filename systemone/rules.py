@@ -44,11 +44,17 @@ class Reading:
     option_valid: Mapping[str, Callable[[Any], bool]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        spellings = {t: tuple(s for s in CRITERIA_SPELLINGS if s in members) for t, members in self.question_members.items()}
+        spellings = {
+            t: tuple(s for s in CRITERIA_SPELLINGS if s in members) for t, members in self.question_members.items()
+        }
         checks = {t: fieldtypes.validator(*spec) for t, spec in self.criteria.items() if spec is not None}
         object.__setattr__(self, "spellings", MappingProxyType(spellings))
         object.__setattr__(self, "criteria_valid", MappingProxyType(checks))
-        object.__setattr__(self, "option_valid", MappingProxyType({name: fieldtypes.validator(*spec) for name, spec in self.options.items()}))
+        object.__setattr__(
+            self,
+            "option_valid",
+            MappingProxyType({name: fieldtypes.validator(*spec) for name, spec in self.options.items()}),
+        )
 
 
 def _ext(level: str) -> dict[str, dict[str, Any]]:
@@ -57,13 +63,19 @@ def _ext(level: str) -> dict[str, dict[str, Any]]:
 
 
 def _build() -> dict[str, Reading]:
-    std_criteria = {t: (m["criteria"][0], m["criteria"][2]) if "criteria" in m else None for t, m in F.STANDARD_QUESTIONS.items()}
+    std_criteria = {
+        t: (m["criteria"][0], m["criteria"][2]) if "criteria" in m else None for t, m in F.STANDARD_QUESTIONS.items()
+    }
     ext_criteria = {t: e["criteria"] for t, e in F.EXTENSION_QUESTION_TYPES.items()}
     std_members = {t: frozenset({"type", *m}) for t, m in F.STANDARD_QUESTIONS.items()}
-    ext_members = {t: frozenset({"type", "instructions", *(["criteria"] if c else [])}) for t, c in ext_criteria.items()}
+    ext_members = {
+        t: frozenset({"type", "instructions", *(["criteria"] if c else [])}) for t, c in ext_criteria.items()
+    }
     qfields = _ext("question")
 
-    def with_fields(members: Mapping[str, frozenset[str]], extra: Mapping[str, tuple[str, ...]]) -> dict[str, frozenset[str]]:
+    def with_fields(
+        members: Mapping[str, frozenset[str]], extra: Mapping[str, tuple[str, ...]]
+    ) -> dict[str, frozenset[str]]:
         return {t: m | {name for name, types in extra.items() if not types or t in types} for t, m in members.items()}
 
     q_ext = {name: spec["question_types"] for name, spec in qfields.items()}
@@ -71,7 +83,12 @@ def _build() -> dict[str, Reading]:
     v50_members = with_fields({**std_members, **ext_members}, q_ext)
     options = {name: (spec["type"], spec["bounds"]) for name, spec in _ext("options").items()}
     extension_names = frozenset(
-        [*(k.split(".", 1)[1] for k in F.EXTENSION_FIELDS if k.startswith(("request.", "question."))), "states", "images", "videos"]
+        [
+            *(k.split(".", 1)[1] for k in F.EXTENSION_FIELDS if k.startswith(("request.", "question."))),
+            "states",
+            "images",
+            "videos",
+        ]
     )
     standard = Reading(
         schema="systemone/0.2",

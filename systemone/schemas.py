@@ -74,15 +74,11 @@ def schema(schema_id: str) -> SchemaId:
     try:
         return SCHEMAS[schema_id]
     except KeyError:
-        raise UnknownSchemaError(
-            f"unknown schema {schema_id!r} (supported: {', '.join(sorted(SCHEMAS))})"
-        ) from None
+        raise UnknownSchemaError(f"unknown schema {schema_id!r} (supported: {', '.join(sorted(SCHEMAS))})") from None
 
 
 def deviation(name: str) -> DeviationSpec:
     try:
         return DEVIATIONS[name]
     except KeyError:
-        raise UnknownSchemaError(
-            f"unknown deviation {name!r} (supported: {', '.join(sorted(DEVIATIONS))})"
-        ) from None
+        raise UnknownSchemaError(f"unknown deviation {name!r} (supported: {', '.join(sorted(DEVIATIONS))})") from None

@@ -282,8 +282,12 @@ def _since_rules(specs: SpecSet, by_key: Mapping[tuple[str, str], list[FieldDef]
     for d in specs.defs:
         if d.spec != LEGACY_FILE or d.level not in _SHARED_LEVELS:
             continue
-        known = {spec for spec in (STANDARD_FILE, EXTENSIONS_FILE) for key in _keys(d.level, d.name, specs)
-                 if any(x.spec == spec for x in by_key.get(key, ()))}
+        known = {
+            spec
+            for spec in (STANDARD_FILE, EXTENSIONS_FILE)
+            for key in _keys(d.level, d.name, specs)
+            if any(x.spec == spec for x in by_key.get(key, ()))
+        }
         if not known and f"{d.level}.{d.name}" not in claimed:
             yield f"{d.level}.{d.name}: {LEGACY_FILE} defines it, but it is neither standard, an extension nor a listed legacy form"
 

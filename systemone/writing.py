@@ -163,7 +163,9 @@ def request_doc(r: Request, schema: str, model: str | None = None, options: Json
         roles = _roles(r)
         if roles is not None:
             members["roles"] = roles
-    members["questions"] = JsonObject((q_id, question_doc(q, standard)) for q_id, q in r.questions.items() if q.problem is None)
+    members["questions"] = JsonObject(
+        (q_id, question_doc(q, standard)) for q_id, q in r.questions.items() if q.problem is None
+    )
     if assets:
         members["assets"] = assets
     if not standard and options:

@@ -12,10 +12,10 @@ BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_cli(*args: str, script: str = "vllm-sr", cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / script), *args], capture_output=True, text=True, cwd=cwd, timeout=timeout
-    )
+def run_cli(
+    *args: str, script: str = "vllm-sr", cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / script), *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
 
 @pytest.fixture

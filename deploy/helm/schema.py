@@ -76,7 +76,9 @@ def _image(description: str) -> dict[str, Any]:
 
 
 def _secret_ref(description: str) -> dict[str, Any]:
-    return _obj({"secretName": _str("An existing Secret."), "key": _str("The key in it.")}, description, ("secretName", "key"))
+    return _obj(
+        {"secretName": _str("An existing Secret."), "key": _str("The key in it.")}, description, ("secretName", "key")
+    )
 
 
 SCHEDULING = {
@@ -91,18 +93,30 @@ RUNTIME_GROUP = {
     "replicas": _int("Pods in the group."),
     "device": _str("cpu, or cuda (the CUDA image and nvidia.com/gpu resources).", enum=["cpu", "cuda"]),
     "gpus": _int("GPUs per pod (device cuda).", 1),
-    "model": _str("What vllm-srun serves: a built-in (default, smollm2-135m) or a checkpoint folder's path.", minLength=1),
-    "schema": _str("What the runtime speaks (vllm-srun --systemone-schema).", enum=["vllm-sr/5.0", "vllm-sr/4.0", "systemone/0.2"]),
+    "model": _str(
+        "What vllm-srun serves: a built-in (default, smollm2-135m) or a checkpoint folder's path.", minLength=1
+    ),
+    "schema": _str(
+        "What the runtime speaks (vllm-srun --systemone-schema).", enum=["vllm-sr/5.0", "vllm-sr/4.0", "systemone/0.2"]
+    ),
     "port": _port("The runtime's port, and its Service's."),
-    "apiKey": _obj({"secretName": _str("An existing Secret; empty: no key."), "key": _str("The key in it.")}, "The runtime's API key, by reference."),
+    "apiKey": _obj(
+        {"secretName": _str("An existing Secret; empty: no key."), "key": _str("The key in it.")},
+        "The runtime's API key, by reference.",
+    ),
     "extraArgs": _list("More vllm-srun serve flags.", {"type": "string"}),
     "env": _list("More environment variables (Kubernetes EnvVar objects)."),
     "weights": _obj(
         {
             "source": _str("Where checkpoints come from.", enum=["none", "pvc", "hostPath", "initContainer"]),
             "mountPath": _str("Where they are mounted.", pattern="^/"),
-            "pvc": _obj({"claimName": _str("An existing PersistentVolumeClaim."), "readOnly": _bool("Mount it read-only.")}, "source pvc."),
-            "hostPath": _obj({"path": _str("A folder on the node."), "type": _str("hostPath type.")}, "source hostPath."),
+            "pvc": _obj(
+                {"claimName": _str("An existing PersistentVolumeClaim."), "readOnly": _bool("Mount it read-only.")},
+                "source pvc.",
+            ),
+            "hostPath": _obj(
+                {"path": _str("A folder on the node."), "type": _str("hostPath type.")}, "source hostPath."
+            ),
             "initContainer": _obj(
                 {
                     "image": _str("An image that writes the checkpoints into mountPath."),
@@ -115,9 +129,27 @@ RUNTIME_GROUP = {
         },
         "Model weights.",
     ),
-    "cache": _obj({"sizeLimit": _str("emptyDir size limit."), "medium": _str("emptyDir medium: empty or Memory.", enum=["", "Memory"])}, "Scratch space for caches."),
-    "startupProbe": _obj({"periodSeconds": _int("Seconds between checks.", 1), "failureThreshold": _int("Checks before the pod is restarted.", 1)}, "Model load time allowed."),
-    "readinessProbe": _obj({"periodSeconds": _int("Seconds between checks.", 1), "failureThreshold": _int("Failures before the pod leaves its Service.", 1)}, "Readiness on /health."),
+    "cache": _obj(
+        {
+            "sizeLimit": _str("emptyDir size limit."),
+            "medium": _str("emptyDir medium: empty or Memory.", enum=["", "Memory"]),
+        },
+        "Scratch space for caches.",
+    ),
+    "startupProbe": _obj(
+        {
+            "periodSeconds": _int("Seconds between checks.", 1),
+            "failureThreshold": _int("Checks before the pod is restarted.", 1),
+        },
+        "Model load time allowed.",
+    ),
+    "readinessProbe": _obj(
+        {
+            "periodSeconds": _int("Seconds between checks.", 1),
+            "failureThreshold": _int("Failures before the pod leaves its Service.", 1),
+        },
+        "Readiness on /health.",
+    ),
     "resources": _any_obj("Container resources (nvidia.com/gpu is added for cuda)."),
     "terminationGracePeriodSeconds": _int("Seconds a stopping pod has to finish its requests."),
     **SCHEDULING,
@@ -141,14 +173,20 @@ def chart_schema() -> dict[str, Any]:
             "imagePullSecrets": _list("Pull secrets for every pod."),
             "logFormat": _str("vllm-sr log lines.", enum=["json", "console"]),
             "logLevel": _str("vllm-sr log level.", enum=["debug", "info", "warning", "error"]),
-            "config": {"$ref": "#/$defs/RouterConfig", "description": "The router config (docs/config/reference.md), format 2."},
+            "config": {
+                "$ref": "#/$defs/RouterConfig",
+                "description": "The router config (docs/config/reference.md), format 2.",
+            },
             "controlPlane": _obj(
                 {
                     "replicas": _int("Control plane pods (each serves every Envoy the same versions).", 1),
                     "adsPort": _port("gRPC ADS port."),
                     "statusPort": _port("HTTP /status, /metrics, /healthz, /livez."),
                     "maxStreams": _int("ADS streams open at once (vllm-sr xds serve --max-streams).", 1),
-                    "discoveryNamespaces": _list("More namespaces to grant EndpointSlice list/watch in.", {"type": "string", "pattern": DNS_LABEL.replace("[a-z]", "[a-z0-9]", 1)}),
+                    "discoveryNamespaces": _list(
+                        "More namespaces to grant EndpointSlice list/watch in.",
+                        {"type": "string", "pattern": DNS_LABEL.replace("[a-z]", "[a-z0-9]", 1)},
+                    ),
                     "resources": _any_obj("Container resources."),
                     **SCHEDULING,
                 },
@@ -158,18 +196,29 @@ def chart_schema() -> dict[str, Any]:
                 {
                     "replicas": _int("Envoy pods (without autoscaling).", 1),
                     "image": _obj(
-                        {"repository": _str("Empty: the control-plane image."), "tag": _str("Image tag."), "pullPolicy": _str("imagePullPolicy.", enum=["Always", "IfNotPresent", "Never"])},
+                        {
+                            "repository": _str("Empty: the control-plane image."),
+                            "tag": _str("Image tag."),
+                            "pullPolicy": _str("imagePullPolicy.", enum=["Always", "IfNotPresent", "Never"]),
+                        },
                         "Envoy's image.",
                     ),
                     "ads": _str("xDS protocol.", enum=["delta", "sotw"]),
                     "nodeId": _str("Envoy's node ID.", minLength=1),
-                    "xdsAddress": _str("HOST:PORT of the control plane; empty: the chart's Service.", pattern="^$|^[^:]+:[0-9]+$"),
+                    "xdsAddress": _str(
+                        "HOST:PORT of the control plane; empty: the chart's Service.", pattern="^$|^[^:]+:[0-9]+$"
+                    ),
                     "adminAddress": _str("Envoy's admin address.", enum=["127.0.0.1", "0.0.0.0"]),
                     "adminPort": _port("Envoy's admin port."),
                     "concurrency": _int("Envoy worker threads.", 1),
-                    "logLevel": _str("Envoy's log level.", enum=["trace", "debug", "info", "warning", "warn", "error", "critical", "off"]),
+                    "logLevel": _str(
+                        "Envoy's log level.",
+                        enum=["trace", "debug", "info", "warning", "warn", "error", "critical", "off"],
+                    ),
                     "drainSeconds": _int("Envoy --drain-time-s."),
-                    "preStopSleepSeconds": _int("Seconds Envoy and the sidecar keep serving after the pod is told to stop."),
+                    "preStopSleepSeconds": _int(
+                        "Seconds Envoy and the sidecar keep serving after the pod is told to stop."
+                    ),
                     "resources": _any_obj("Envoy container resources."),
                     "service": _obj(
                         {
@@ -188,7 +237,16 @@ def chart_schema() -> dict[str, Any]:
                         },
                         "Envoy HPA.",
                     ),
-                    "podDisruptionBudget": _obj({"enabled": _bool("Create a PodDisruptionBudget."), "minAvailable": {"description": "Pods kept during voluntary disruptions.", "type": ["integer", "string"]}}, "Envoy PDB."),
+                    "podDisruptionBudget": _obj(
+                        {
+                            "enabled": _bool("Create a PodDisruptionBudget."),
+                            "minAvailable": {
+                                "description": "Pods kept during voluntary disruptions.",
+                                "type": ["integer", "string"],
+                            },
+                        },
+                        "Envoy PDB.",
+                    ),
                     **SCHEDULING,
                 },
                 "Envoy and its pods.",
@@ -197,7 +255,9 @@ def chart_schema() -> dict[str, Any]:
                 {
                     "port": _port("ext_proc gRPC port (loopback)."),
                     "statusPort": _port("/status, /metrics, /healthz (loopback unless exposeMetrics)."),
-                    "exposeMetrics": _bool("Open the status port to the pod network, for the ServiceMonitor (ext_proc stays on loopback)."),
+                    "exposeMetrics": _bool(
+                        "Open the status port to the pod network, for the ServiceMonitor (ext_proc stays on loopback)."
+                    ),
                     "workers": _int("Worker processes.", 1, 64),
                     "drainSeconds": _int("vllm-sr extproc serve --drain-s."),
                     "extraArgs": _list("More vllm-sr extproc serve flags.", {"type": "string"}),
@@ -210,7 +270,11 @@ def chart_schema() -> dict[str, Any]:
                     },
                     "secretFiles": _list(
                         "Secrets mounted as files (listener keys_file).",
-                        _obj({"secretName": _str("An existing Secret."), "mountPath": _str("Where.", pattern="^/")}, "", ("secretName", "mountPath")),
+                        _obj(
+                            {"secretName": _str("An existing Secret."), "mountPath": _str("Where.", pattern="^/")},
+                            "",
+                            ("secretName", "mountPath"),
+                        ),
                     ),
                     "env": _list("More environment variables (EnvVar objects)."),
                 },
@@ -224,16 +288,29 @@ def chart_schema() -> dict[str, Any]:
             },
             "runtimeDefaults": _obj(RUNTIME_GROUP, "What each runtime group has unless it says otherwise."),
             "serviceAccount": _obj(
-                {"create": _bool("Create the control plane's ServiceAccount."), "name": _str("Its name (default: the release's)."), "annotations": _any_obj("Its annotations.")},
+                {
+                    "create": _bool("Create the control plane's ServiceAccount."),
+                    "name": _str("Its name (default: the release's)."),
+                    "annotations": _any_obj("Its annotations."),
+                },
                 "The control plane's identity (it lists and watches EndpointSlices).",
             ),
-            "rbac": _obj({"create": _bool("Create the Roles and RoleBindings discovery needs.")}, "Discovery's permissions."),
+            "rbac": _obj(
+                {"create": _bool("Create the Roles and RoleBindings discovery needs.")}, "Discovery's permissions."
+            ),
             "serviceMonitor": _obj(
-                {"enabled": _bool("Create a ServiceMonitor (Prometheus Operator)."), "interval": _str("Scrape interval."), "labels": _any_obj("Labels your Prometheus selects.")},
+                {
+                    "enabled": _bool("Create a ServiceMonitor (Prometheus Operator)."),
+                    "interval": _str("Scrape interval."),
+                    "labels": _any_obj("Labels your Prometheus selects."),
+                },
                 "Metrics scraping.",
             ),
             "networkPolicy": _obj(
-                {"enabled": _bool("Create NetworkPolicies."), "metricsFrom": _list("NetworkPolicy peers allowed to scrape.")},
+                {
+                    "enabled": _bool("Create NetworkPolicies."),
+                    "metricsFrom": _list("NetworkPolicy peers allowed to scrape."),
+                },
                 "Who may reach the control plane and the runtimes.",
             ),
         },
@@ -245,7 +322,11 @@ def values_schema() -> dict[str, Any]:
     config = RouterConfig.model_json_schema(by_alias=True)
     defs = config.pop("$defs")
     schema = chart_schema()
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "$defs": {**defs, "RouterConfig": config}}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **schema,
+        "$defs": {**defs, "RouterConfig": config},
+    }
 
 
 def text() -> str:

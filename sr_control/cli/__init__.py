@@ -43,7 +43,9 @@ def _version(value: bool) -> None:
 def root(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     log_format: Annotated[log.LogFormat, typer.Option(help="Log lines on stderr as console text or JSON.")] = "console",
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     """Control plane for System One decision-model APIs behind Envoy."""
     log.configure(log_level, log_format)

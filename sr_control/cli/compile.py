@@ -34,17 +34,34 @@ def address(text: str) -> Address:
         raise typer.BadParameter(str(exc)) from None
 
 
-
-
 def compile_command(
     file: Annotated[Path, typer.Argument(help="The router config to compile.", show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Directory to write the files into.", show_default=False)],
-    xds: Annotated[Address, typer.Option("--xds", parser=address, metavar="HOST:PORT", help="Where Envoy reaches the control plane (bootstrap.yaml).")] = "127.0.0.1:18000",  # type: ignore[assignment]
-    sidecar: Annotated[Address, typer.Option("--sidecar", parser=address, metavar="HOST:PORT", help="The ext_proc sidecar (HOST:PORT or unix:PATH).")] = "127.0.0.1:18080",  # type: ignore[assignment]
-    admin: Annotated[Address, typer.Option("--admin", parser=address, metavar="HOST:PORT", help="Envoy's admin listener.")] = "127.0.0.1:9901",  # type: ignore[assignment]
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Directory to write the files into.", show_default=False)
+    ],
+    xds: Annotated[
+        Address,
+        typer.Option(
+            "--xds", parser=address, metavar="HOST:PORT", help="Where Envoy reaches the control plane (bootstrap.yaml)."
+        ),
+    ] = "127.0.0.1:18000",  # type: ignore[assignment]
+    sidecar: Annotated[
+        Address,
+        typer.Option(
+            "--sidecar", parser=address, metavar="HOST:PORT", help="The ext_proc sidecar (HOST:PORT or unix:PATH)."
+        ),
+    ] = "127.0.0.1:18080",  # type: ignore[assignment]
+    admin: Annotated[
+        Address, typer.Option("--admin", parser=address, metavar="HOST:PORT", help="Envoy's admin listener.")
+    ] = "127.0.0.1:9901",  # type: ignore[assignment]
     node_id: Annotated[str, typer.Option("--node-id", help="Envoy's node ID in bootstrap.yaml.")] = "vllm-sr-envoy",
     ads: Annotated[Ads, typer.Option("--ads", help="xDS protocol in bootstrap.yaml: sotw or delta.")] = Ads.sotw,
-    check: Annotated[bool, typer.Option("--validate", help="Also have Envoy check envoy-static.yaml and bootstrap.yaml (envoy --mode validate).")] = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--validate", help="Also have Envoy check envoy-static.yaml and bootstrap.yaml (envoy --mode validate)."
+        ),
+    ] = False,
     format: Annotated[Format, typer.Option("--format", "-f", help="text for people, json for programs.")] = Format.text,
 ) -> None:
     """Compile a config into Envoy resources.

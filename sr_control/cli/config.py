@@ -46,7 +46,14 @@ def validate(
             report = loader.validate_text(loader.read_text(path), str(path))
         except ConfigUnreadable as exc:
             code = max(code, EXIT_UNREADABLE)
-            results.append({"path": str(path), "valid": False, "errors": [{"line": 0, "column": 0, "path": "", "message": f"cannot read: {exc.reason}"}], "warnings": []})
+            results.append(
+                {
+                    "path": str(path),
+                    "valid": False,
+                    "errors": [{"line": 0, "column": 0, "path": "", "message": f"cannot read: {exc.reason}"}],
+                    "warnings": [],
+                }
+            )
             if format is Format.text:
                 typer.echo(str(exc))
             continue
@@ -81,7 +88,9 @@ def migrate(
     file: Annotated[Path, typer.Argument(help="The config file to migrate.", show_default=False)],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the result here.")] = None,
     in_place: Annotated[bool, typer.Option("--in-place", "-i", help="Rewrite FILE itself (atomically).")] = False,
-    check: Annotated[bool, typer.Option("--check", help="Only tell whether a migration is due: exit 1 if it is.")] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Only tell whether a migration is due: exit 1 if it is.")
+    ] = False,
 ) -> None:
     """Migrate a config to the current format.
 
@@ -112,7 +121,10 @@ def migrate(
         if not (in_place and not result.due):
             write_atomic(target, result.text)
         state = f"migrated format {result.from_version} -> {result.to_version}" if result.due else "already current"
-        typer.echo(f"{file}: {state}; wrote {target}" if not (in_place and not result.due) else f"{file}: {state}; unchanged", err=True)
+        typer.echo(
+            f"{file}: {state}; wrote {target}" if not (in_place and not result.due) else f"{file}: {state}; unchanged",
+            err=True,
+        )
     else:
         sys.stdout.write(result.text)
 
@@ -135,7 +147,9 @@ def explain(
 
 @app.command()
 def schema(
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the JSON Schema here instead of stdout.")] = None,
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Write the JSON Schema here instead of stdout.")
+    ] = None,
 ) -> None:
     """Print the router config's JSON Schema.
 

@@ -23,25 +23,77 @@ def _listeners(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     bad = [n for n in names if not _LISTENER.match(n)]
     if not names or bad:
-        raise typer.BadParameter(f"give 'all' or listener names separated by commas (not {', '.join(bad) or repr(text)})")
+        raise typer.BadParameter(
+            f"give 'all' or listener names separated by commas (not {', '.join(bad) or repr(text)})"
+        )
     return names
 
 
 @app.command()
 def serve(
-    xds: Annotated[Address, typer.Option("--xds", parser=address, metavar="HOST:PORT", help="The control plane's ADS port, where the sidecar subscribes to its data.", show_default=False)],
-    host: Annotated[str, typer.Option(help="Address to listen on (the sidecar runs beside Envoy: loopback by default).")] = "127.0.0.1",
+    xds: Annotated[
+        Address,
+        typer.Option(
+            "--xds",
+            parser=address,
+            metavar="HOST:PORT",
+            help="The control plane's ADS port, where the sidecar subscribes to its data.",
+            show_default=False,
+        ),
+    ],
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (the sidecar runs beside Envoy: loopback by default).")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="The ext_proc gRPC port Envoy calls.", min=1, max=65535)] = 18080,
-    socket: Annotated[str, typer.Option(help="Serve ext_proc on this Unix socket (absolute path, created mode 0600) instead of --host/--port: only this user's processes, Envoy beside it, can connect.", show_default=False)] = "",
-    status_port: Annotated[int, typer.Option(help="HTTP port for /status, /metrics and /healthz.", min=0, max=65535)] = 18081,
-    status_host: Annotated[str, typer.Option(help="Address of the status port (default: --host); e.g. 0.0.0.0 for a Prometheus outside the pod.", show_default=False)] = "",
-    workers: Annotated[int, typer.Option(help="Worker processes sharing the gRPC port; their metrics add up on one /metrics.", min=1, max=64)] = 1,
-    listeners: Annotated[str, typer.Option(help="The listeners to serve: 'all', or names separated by commas.")] = "all",
-    node_id: Annotated[str, typer.Option(help="Node ID in the control plane's /status (default: vllm-sr-sidecar/HOST/PID).")] = "",
-    version_wait_ms: Annotated[int, typer.Option(help="How long a request waits for a config version the sidecar has not received; then 503 with Retry-After.", min=0, max=60_000)] = 1_000,
-    card_refresh_s: Annotated[float, typer.Option(help="Seconds between refreshes of each member's model card.", min=0.1)] = 30.0,
-    forwarding: Annotated[str, typer.Option(help="Who calls a vllm-sr/5.0 member. auto: Envoy where its cluster balances several hosts (a Kubernetes Service's pods), else the sidecar; envoy: always Envoy; sidecar: always the sidecar.")] = "auto",
-    drain_s: Annotated[float, typer.Option(help="On SIGTERM, how long open requests may take to finish.", min=0.0)] = 10.0,
+    socket: Annotated[
+        str,
+        typer.Option(
+            help="Serve ext_proc on this Unix socket (absolute path, created mode 0600) instead of --host/--port: only this user's processes, Envoy beside it, can connect.",
+            show_default=False,
+        ),
+    ] = "",
+    status_port: Annotated[
+        int, typer.Option(help="HTTP port for /status, /metrics and /healthz.", min=0, max=65535)
+    ] = 18081,
+    status_host: Annotated[
+        str,
+        typer.Option(
+            help="Address of the status port (default: --host); e.g. 0.0.0.0 for a Prometheus outside the pod.",
+            show_default=False,
+        ),
+    ] = "",
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Worker processes sharing the gRPC port; their metrics add up on one /metrics.", min=1, max=64
+        ),
+    ] = 1,
+    listeners: Annotated[
+        str, typer.Option(help="The listeners to serve: 'all', or names separated by commas.")
+    ] = "all",
+    node_id: Annotated[
+        str, typer.Option(help="Node ID in the control plane's /status (default: vllm-sr-sidecar/HOST/PID).")
+    ] = "",
+    version_wait_ms: Annotated[
+        int,
+        typer.Option(
+            help="How long a request waits for a config version the sidecar has not received; then 503 with Retry-After.",
+            min=0,
+            max=60_000,
+        ),
+    ] = 1_000,
+    card_refresh_s: Annotated[
+        float, typer.Option(help="Seconds between refreshes of each member's model card.", min=0.1)
+    ] = 30.0,
+    forwarding: Annotated[
+        str,
+        typer.Option(
+            help="Who calls a vllm-sr/5.0 member. auto: Envoy where its cluster balances several hosts (a Kubernetes Service's pods), else the sidecar; envoy: always Envoy; sidecar: always the sidecar."
+        ),
+    ] = "auto",
+    drain_s: Annotated[
+        float, typer.Option(help="On SIGTERM, how long open requests may take to finish.", min=0.0)
+    ] = 10.0,
 ) -> None:
     """Serve ext_proc for Envoy, with the data of the listeners it serves from the control plane.
 

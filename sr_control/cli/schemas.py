@@ -18,7 +18,13 @@ from systemone.specs import SPEC_DIR, SPEC_FILES, STANDARD_FILE, SpecError, Spec
 app = typer.Typer(help="Generate and check the files derived from the System One specs.", no_args_is_help=True)
 
 _REPO = Path(__file__).resolve().parents[2]
-RootOption = Annotated[Path, typer.Option("--root", help="The folder holding systemone/ (a checkout, or site-packages), whose systemone/spec holds the specs.")]
+RootOption = Annotated[
+    Path,
+    typer.Option(
+        "--root",
+        help="The folder holding systemone/ (a checkout, or site-packages), whose systemone/spec holds the specs.",
+    ),
+]
 
 
 class Format(str, Enum):
@@ -92,7 +98,13 @@ def check(root: RootOption = _REPO) -> None:
 
 @app.command()
 def drift(
-    source: Annotated[str, typer.Argument(help="A published document: a file or an http(s) URL (OpenAPI JSON/YAML, or the SDK's generated models.py).", show_default=False)],
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="A published document: a file or an http(s) URL (OpenAPI JSON/YAML, or the SDK's generated models.py).",
+            show_default=False,
+        ),
+    ],
     root: RootOption = _REPO,
     format: Annotated[Format, typer.Option("--format", "-f", help="text for people, json for programs.")] = Format.text,
 ) -> None:

@@ -13,13 +13,34 @@ from sr_control.stack import Ports, Stack, StackError, StackOptions
 
 
 def serve(
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="A router config to serve instead of the embedded default.")] = None,
-    model: Annotated[str, typer.Option(help="What the local runtime serves: a built-in name or a checkpoint folder.")] = "default",
+    config: Annotated[
+        Optional[Path], typer.Option("--config", "-c", help="A router config to serve instead of the embedded default.")
+    ] = None,
+    model: Annotated[
+        str, typer.Option(help="What the local runtime serves: a built-in name or a checkpoint folder.")
+    ] = "default",
     device: Annotated[str, typer.Option(help="cpu or cuda, for the local runtime.")] = "cpu",
-    state_dir: Annotated[Path, typer.Option(help="Where the served config, Envoy's bootstrap and the logs go.")] = Path(".vllm-sr"),
-    port_offset: Annotated[int, typer.Option(help="Shift every default port by this much, to run stacks side by side.", min=0, max=50000)] = 0,
-    reset_config: Annotated[bool, typer.Option("--reset-config", help="Write the embedded default over an edited STATE_DIR/config.yaml (it is kept otherwise).")] = False,
-    drain_s: Annotated[float, typer.Option("--drain-s", help="On Ctrl-C, how long requests in flight may take to finish; everything exits within this plus 1.5 s.", min=0.0)] = 10.0,
+    state_dir: Annotated[Path, typer.Option(help="Where the served config, Envoy's bootstrap and the logs go.")] = Path(
+        ".vllm-sr"
+    ),
+    port_offset: Annotated[
+        int, typer.Option(help="Shift every default port by this much, to run stacks side by side.", min=0, max=50000)
+    ] = 0,
+    reset_config: Annotated[
+        bool,
+        typer.Option(
+            "--reset-config",
+            help="Write the embedded default over an edited STATE_DIR/config.yaml (it is kept otherwise).",
+        ),
+    ] = False,
+    drain_s: Annotated[
+        float,
+        typer.Option(
+            "--drain-s",
+            help="On Ctrl-C, how long requests in flight may take to finish; everything exits within this plus 1.5 s.",
+            min=0.0,
+        ),
+    ] = 10.0,
 ) -> None:
     """Run the local stack: runtime, control plane, sidecar and Envoy.
 
@@ -29,7 +50,13 @@ def serve(
     takes. Ctrl-C or SIGTERM drains and stops them all.
     """
     options = StackOptions(
-        state_dir=state_dir, config=config, model=model, device=device, ports=Ports().shifted(port_offset), drain_timeout=drain_s, reset_config=reset_config
+        state_dir=state_dir,
+        config=config,
+        model=model,
+        device=device,
+        ports=Ports().shifted(port_offset),
+        drain_timeout=drain_s,
+        reset_config=reset_config,
     )
     stack = Stack(options)
     signal.signal(signal.SIGTERM, stack.request_stop)

@@ -47,9 +47,16 @@ def _print(doc: dict[str, Any]) -> None:
 @app.command()
 def check(
     file: FileArg,
-    schema: Annotated[str, typer.Option("--schema", help="The listener's schema: vllm-sr/5.0, vllm-sr/4.0 or systemone/0.2.", show_default=False)],
+    schema: Annotated[
+        str,
+        typer.Option(
+            "--schema", help="The listener's schema: vllm-sr/5.0, vllm-sr/4.0 or systemone/0.2.", show_default=False
+        ),
+    ],
     path: Annotated[str, typer.Option("--path", help=f"The request path: {', '.join(PATHS)}.")] = "/v1/systemone",
-    header: Annotated[list[str], typer.Option("--header", "-H", help="A request header, NAME: VALUE (repeatable).")] = [],
+    header: Annotated[
+        list[str], typer.Option("--header", "-H", help="A request header, NAME: VALUE (repeatable).")
+    ] = [],
 ) -> None:
     """Decide a request exactly as a listener with SCHEMA would, and print why.
 
@@ -68,18 +75,37 @@ def check(
         error = {"status": answer.status, "headers": dict(answer.headers), "body": json.loads(answer.body)}
         _print({"status": "refused", "plan": None, "legacy_forms": [], "ir": None, "internal": None, "error": error})
         raise typer.Exit(EXIT_INVALID) from None
-    plan = {"kind": req.plan.kind, "upstream_path": req.plan.path, "forwards": "the client's bytes" if req.plan.kind == "passthrough" else "the internal form"}
+    plan = {
+        "kind": req.plan.kind,
+        "upstream_path": req.plan.path,
+        "forwards": "the client's bytes" if req.plan.kind == "passthrough" else "the internal form",
+    }
     internal = req.plan.body.decode("utf-8") if req.plan.kind == "convert" else None
-    _print({"status": "accepted", "plan": plan, "legacy_forms": list(req.legacy_forms), "ir": plain(describe(req.ir)), "internal": internal, "error": None})
+    _print(
+        {
+            "status": "accepted",
+            "plan": plan,
+            "legacy_forms": list(req.legacy_forms),
+            "ir": plain(describe(req.ir)),
+            "internal": internal,
+            "error": None,
+        }
+    )
     raise typer.Exit(EXIT_OK)
 
 
 @app.command()
 def plan(
     file: FileArg,
-    target: Annotated[str, typer.Option("--target", help="The upstream's schema: systemone/0.2 or vllm-sr/5.0.", show_default=False)],
-    deviation: Annotated[list[str], typer.Option("--deviation", help=f"A deviation to apply ({', '.join(DEVIATIONS)}); repeatable.")] = [],
-    max_concurrency: Annotated[int, typer.Option("--max-concurrency", min=1, max=1024, help="Split calls running at once.")] = 8,
+    target: Annotated[
+        str, typer.Option("--target", help="The upstream's schema: systemone/0.2 or vllm-sr/5.0.", show_default=False)
+    ],
+    deviation: Annotated[
+        list[str], typer.Option("--deviation", help=f"A deviation to apply ({', '.join(DEVIATIONS)}); repeatable.")
+    ] = [],
+    max_concurrency: Annotated[
+        int, typer.Option("--max-concurrency", min=1, max=1024, help="Split calls running at once.")
+    ] = 8,
     deadline_ms: Annotated[Optional[int], typer.Option("--deadline-ms", min=1, help="The caller's deadline.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="The deployment's model name.")] = None,
     listener: Annotated[str, typer.Option("--listener", help="The schema FILE is read in.")] = "vllm-sr/5.0",
@@ -98,13 +124,30 @@ def plan(
         raise fail(f"error: {exc}", EXIT_UNREADABLE) from None
     try:
         req = codec.read(path, _body(file), ())
-        call_plan = client.plan(req.ir, Target(target, model, tuple(deviation), max_concurrency, "/v1/systemone"), Policy(deadline_ms))
+        call_plan = client.plan(
+            req.ir, Target(target, model, tuple(deviation), max_concurrency, "/v1/systemone"), Policy(deadline_ms)
+        )
     except ProtocolError as exc:
         answer = codec.answer_error(exc)
         _print({"target": target, "calls": [], "error": {"status": answer.status, "body": json.loads(answer.body)}})
         raise typer.Exit(EXIT_INVALID) from None
     calls = [
-        {"method": c.method, "path": c.path, "headers": dict(c.headers), "answers": list(c.items), "body": c.body.decode("utf-8"), "json": plain(loads(c.body))}
+        {
+            "method": c.method,
+            "path": c.path,
+            "headers": dict(c.headers),
+            "answers": list(c.items),
+            "body": c.body.decode("utf-8"),
+            "json": plain(loads(c.body)),
+        }
         for c in call_plan.calls
     ]
-    _print({"target": target, "max_concurrency": call_plan.max_concurrency, "deadline_ms": call_plan.deadline_ms, "diagnostics": list(call_plan.diagnostics), "calls": calls})
+    _print(
+        {
+            "target": target,
+            "max_concurrency": call_plan.max_concurrency,
+            "deadline_ms": call_plan.deadline_ms,
+            "diagnostics": list(call_plan.diagnostics),
+            "calls": calls,
+        }
+    )

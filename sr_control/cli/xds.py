@@ -22,21 +22,54 @@ app = typer.Typer(help="Serve router configs to Envoy over xDS.", no_args_is_hel
 
 @app.command()
 def serve(
-    config: Annotated[Path, typer.Option("--config", "-c", help="The router config; edits are served as they are saved.", show_default=False)],
+    config: Annotated[
+        Path,
+        typer.Option(
+            "--config", "-c", help="The router config; edits are served as they are saved.", show_default=False
+        ),
+    ],
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
     port: Annotated[int, typer.Option(help="gRPC ADS port (state of the world and delta).")] = 18000,
-    status_port: Annotated[int, typer.Option(help="HTTP port for /status, /metrics, /healthz (ready) and /livez (alive).")] = 18001,
-    sidecar: Annotated[Address, typer.Option("--sidecar", parser=address, metavar="HOST:PORT", help="The ext_proc sidecar Envoy calls (HOST:PORT or unix:PATH).")] = "127.0.0.1:18080",  # type: ignore[assignment]
-    poll_interval: Annotated[float, typer.Option(help="Seconds between checks of the config file.", min=0.005, max=10.0)] = 0.025,
-    settle: Annotated[float, typer.Option(help="Seconds a config written in place must hold still before it is read; a file renamed over it is read at once.", min=0.0, max=60.0)] = 0.25,
-    max_streams: Annotated[int, typer.Option(help="ADS streams open at once (each Envoy and each sidecar holds one); more are refused.", min=1)] = MAX_STREAMS,
+    status_port: Annotated[
+        int, typer.Option(help="HTTP port for /status, /metrics, /healthz (ready) and /livez (alive).")
+    ] = 18001,
+    sidecar: Annotated[
+        Address,
+        typer.Option(
+            "--sidecar",
+            parser=address,
+            metavar="HOST:PORT",
+            help="The ext_proc sidecar Envoy calls (HOST:PORT or unix:PATH).",
+        ),
+    ] = "127.0.0.1:18080",  # type: ignore[assignment]
+    poll_interval: Annotated[
+        float, typer.Option(help="Seconds between checks of the config file.", min=0.005, max=10.0)
+    ] = 0.025,
+    settle: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a config written in place must hold still before it is read; a file renamed over it is read at once.",
+            min=0.0,
+            max=60.0,
+        ),
+    ] = 0.25,
+    max_streams: Annotated[
+        int,
+        typer.Option(help="ADS streams open at once (each Envoy and each sidecar holds one); more are refused.", min=1),
+    ] = MAX_STREAMS,
     kubeconfig: Annotated[
         Path | None,
-        typer.Option(help="Discover Service-backed deployments' pods with this kubeconfig. Default: in a Kubernetes pod, its service account; elsewhere, no discovery.", show_default=False),
+        typer.Option(
+            help="Discover Service-backed deployments' pods with this kubeconfig. Default: in a Kubernetes pod, its service account; elsewhere, no discovery.",
+            show_default=False,
+        ),
     ] = None,
     namespace: Annotated[
         str | None,
-        typer.Option(help="Namespace of Services named without one. Default: the pod's own namespace (or the kubeconfig context's).", show_default=False),
+        typer.Option(
+            help="Namespace of Services named without one. Default: the pod's own namespace (or the kubeconfig context's).",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
     """Serve a config over xDS and push every valid edit.

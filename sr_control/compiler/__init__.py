@@ -7,6 +7,15 @@ from sr_control.compiler.resources import Resource, Resources
 from sr_control.compiler.settings import Address, Settings
 
 __all__ = [
-    "Address", "CompileError", "Inconsistent", "Resource", "Resources", "Settings",
-    "bootstrap", "compile", "consistency_problems", "consistent", "static_bootstrap",
+    "Address",
+    "CompileError",
+    "Inconsistent",
+    "Resource",
+    "Resources",
+    "Settings",
+    "bootstrap",
+    "compile",
+    "consistency_problems",
+    "consistent",
+    "static_bootstrap",
 ]

@@ -50,7 +50,9 @@ def static_bootstrap(config: RouterConfig, settings: Settings = Settings()) -> B
         version = Resource.of(names.sidecar(l.name), typed_struct(data.payload(offer))).version
         listeners.append(listener(offer, route_config=route_configuration(config, offer, version)))
     # No control plane serves endpoints here: a Service-backed deployment resolves the Service's DNS name.
-    doc = fill("bootstrap/static", listeners=listeners, clusters=clusters(config, settings, eds=False), **_common(settings))
+    doc = fill(
+        "bootstrap/static", listeners=listeners, clusters=clusters(config, settings, eds=False), **_common(settings)
+    )
     return parse(doc, Bootstrap, "envoy-static")
 
 

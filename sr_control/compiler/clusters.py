@@ -61,9 +61,13 @@ def _upstream(urls: tuple[str, ...], field: str) -> Upstream:
     schemes = {p.scheme for p in parts}
     paths = {p.path.rstrip("/") for p in parts}
     if len(schemes) > 1:
-        raise ClusterError(field, f"endpoints mix {' and '.join(sorted(schemes))}; one model's endpoints share a scheme")
+        raise ClusterError(
+            field, f"endpoints mix {' and '.join(sorted(schemes))}; one model's endpoints share a scheme"
+        )
     if len(paths) > 1:
-        raise ClusterError(field, f"endpoints have different paths ({', '.join(sorted(paths))}); one model's endpoints share a path")
+        raise ClusterError(
+            field, f"endpoints have different paths ({', '.join(sorted(paths))}); one model's endpoints share a path"
+        )
     scheme = schemes.pop()
     default = 443 if scheme == "https" else 80
     hosts = tuple(dict.fromkeys((p.hostname or "", p.port or default) for p in parts))
@@ -75,7 +79,11 @@ def deployment_cluster(name: str, dep: Deployment, settings: Settings, *, eds: b
     assert dep.endpoint is not None  # a Service-backed deployment's is derived from the Service
     up = upstream([dep.endpoint], f"deployments.{name}.endpoint")
     # vllm-srun serves GET /health (vllm-sr/5.0); the standard defines no health path.
-    health = fill("cluster/http_health_check", path="/health") if dep.schema_ == "vllm-sr/5.0" else fill("cluster/tcp_health_check")
+    health = (
+        fill("cluster/http_health_check", path="/health")
+        if dep.schema_ == "vllm-sr/5.0"
+        else fill("cluster/tcp_health_check")
+    )
     n = dep.max_concurrency
     return _cluster(
         names.deployment_cluster(name),
@@ -98,7 +106,9 @@ def provider_cluster(model: ProviderModel, index: int, settings: Settings) -> di
         settings,
         health=[fill("cluster/tcp_health_check")],
         limits=dict(max_connections=1024, max_pending_requests=1024, max_requests=1024, max_retries=3),
-        filters=upstream_key_filters(model.api_key_env, REGISTRY.canonical(model.api_format)) if model.api_key_env else None,
+        filters=upstream_key_filters(model.api_key_env, REGISTRY.canonical(model.api_format))
+        if model.api_key_env
+        else None,
     )
 
 
@@ -123,7 +133,13 @@ def clusters(config: RouterConfig, settings: Settings, *, eds: bool = True) -> l
 
 
 def _cluster(
-    name: str, up: Upstream, settings: Settings, *, health: list[Any], limits: dict[str, int], discovered: bool = False,
+    name: str,
+    up: Upstream,
+    settings: Settings,
+    *,
+    health: list[Any],
+    limits: dict[str, int],
+    discovered: bool = False,
     filters: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     static = all(_is_ip(host) for host, _ in up.hosts)
@@ -186,4 +202,13 @@ def _is_ip(host: str) -> bool:
     return Address(host=host).is_ip
 
 
-__all__ = ["ClusterError", "Upstream", "clusters", "deployment_cluster", "provider_cluster", "sidecar_cluster", "upstream", "xds_cluster"]
+__all__ = [
+    "ClusterError",
+    "Upstream",
+    "clusters",
+    "deployment_cluster",
+    "provider_cluster",
+    "sidecar_cluster",
+    "upstream",
+    "xds_cluster",
+]

@@ -61,14 +61,20 @@ def consistency_problems(resources: Resources) -> list[str]:
         if last_routes.get(route_config.name) is route_config and last_sidecars.get(sidecar_name) is sidecar:
             continue
         refs = _ROUTE_REFERENCES.of(route_config)
-        if refs.clusters <= clusters and (not refs.versions or (sidecar is not None and refs.versions == {sidecar.version})):
+        if refs.clusters <= clusters and (
+            not refs.versions or (sidecar is not None and refs.versions == {sidecar.version})
+        ):
             continue
         for route, kind, wanted in refs.each:
             if kind == "cluster" and wanted not in clusters:
-                problems.append(f"{route_config.name} route {route!r} goes to cluster {wanted!r}, which is not compiled")
+                problems.append(
+                    f"{route_config.name} route {route!r} goes to cluster {wanted!r}, which is not compiled"
+                )
             elif kind == "sidecar" and (sidecar is None or sidecar.version != wanted):
                 have = sidecar.version if sidecar else "none"
-                problems.append(f"{route_config.name} route {route!r} names sidecar data version {wanted}, compiled: {have}")
+                problems.append(
+                    f"{route_config.name} route {route!r} names sidecar data version {wanted}, compiled: {have}"
+                )
     return problems
 
 

@@ -66,10 +66,23 @@ _WRAPPERS_FILE = "google/protobuf/wrappers.proto"
 # Well-known types whose JSON form ParseDict itself reads here: rare in templates, and their
 # forms (RFC 3339 times, camelCase paths, any JSON value) are best left to their one reader.
 _BY_PARSE_DICT = frozenset(
-    {"google.protobuf.Timestamp", "google.protobuf.FieldMask", "google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"}
+    {
+        "google.protobuf.Timestamp",
+        "google.protobuf.FieldMask",
+        "google.protobuf.Struct",
+        "google.protobuf.Value",
+        "google.protobuf.ListValue",
+    }
 )
 _SPECIAL = _BY_PARSE_DICT | {"google.protobuf.Any", "google.protobuf.Duration"}
-_INTS = frozenset({FieldDescriptor.CPPTYPE_INT32, FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT32, FieldDescriptor.CPPTYPE_UINT64})
+_INTS = frozenset(
+    {
+        FieldDescriptor.CPPTYPE_INT32,
+        FieldDescriptor.CPPTYPE_INT64,
+        FieldDescriptor.CPPTYPE_UINT32,
+        FieldDescriptor.CPPTYPE_UINT64,
+    }
+)
 _FLOAT32_MAX = 3.4028234663852886e38
 # A lone UTF-16 surrogate is not text: protobuf refuses to hold it in a string field.
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -44,8 +44,13 @@ def upstream_key_filters(api_key_env: str, api: str = "") -> list[dict[str, Any]
     headers, params = _removals()
     value = f"%ENVIRONMENT({api_key_env})%"
     key = ("x-api-key", value) if api == ANTHROPIC_API else ("authorization", f"Bearer {value}")
-    headers.append({"append": {"header": {"key": key[0], "value": key[1]}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}})
-    return [fill("cluster/upstream_key", request_mutations=headers, query_mutations=params), fill("cluster/upstream_codec")]
+    headers.append(
+        {"append": {"header": {"key": key[0], "value": key[1]}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}}
+    )
+    return [
+        fill("cluster/upstream_key", request_mutations=headers, query_mutations=params),
+        fill("cluster/upstream_codec"),
+    ]
 
 
 __all__ = ["CLIENT_KEY_HEADERS", "CLIENT_KEY_PARAMS", "client_credentials_stripped", "upstream_key_filters"]

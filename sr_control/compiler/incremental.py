@@ -34,7 +34,16 @@ from sr_control.compiler.clusters import deployment_cluster, provider_cluster, s
 from sr_control.compiler.convert import parse
 from sr_control.compiler.listeners import listener as listener_dict
 from sr_control.compiler.offer import ListenerOffer, listener_offer
-from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, SIDECAR, Cluster, Listener, RouteConfiguration, typed_struct
+from sr_control.compiler.protos import (
+    CLUSTER,
+    LISTENER,
+    ROUTE,
+    SIDECAR,
+    Cluster,
+    Listener,
+    RouteConfiguration,
+    typed_struct,
+)
 from sr_control.compiler.resources import Resource, Resources
 from sr_control.compiler.routes import route_configuration
 from sr_control.compiler.settings import Settings
@@ -117,7 +126,12 @@ class Recompiler:
         return resources
 
     def _listener(
-        self, config: config_model.RouterConfig, l: config_model.Listener, models: ModelCatalog, changed: frozenset[str], data: SidecarData
+        self,
+        config: config_model.RouterConfig,
+        l: config_model.Listener,
+        models: ModelCatalog,
+        changed: frozenset[str],
+        data: SidecarData,
     ) -> _ListenerUnit:
         old = self._listeners.get(l.name)
         same = old is not None and (old.listener is l or old.listener == l)
@@ -126,7 +140,11 @@ class Recompiler:
         offer = old.offer if same and old.models is models else listener_offer(config, l, models)  # type: ignore[union-attr]  # `same` holds only when `old` is set
         if same and (offer is old.offer or offer == old.offer) and changed.isdisjoint(old.served):  # type: ignore[union-attr]  # `same` holds only when `old` is set
             self.reused += 1
-            return old if old.listener is l and old.models is models else _ListenerUnit(l, models, offer, old.served, old.resources)  # type: ignore[union-attr,return-value]
+            return (
+                old
+                if old.listener is l and old.models is models
+                else _ListenerUnit(l, models, offer, old.served, old.resources)
+            )  # type: ignore[union-attr,return-value]
         self.built += 1
         served = frozenset(m for o in offer.offers for m in o.models)
         return _ListenerUnit(l, models, offer, served, _listener_resources(config, offer, data))
@@ -139,7 +157,9 @@ class Recompiler:
             )
         for index, model in enumerate(config.providers.models):
             units[names.provider_cluster(model.name)] = self._cluster(
-                names.provider_cluster(model.name), (index, model), lambda: provider_cluster(model, index, self.settings)
+                names.provider_cluster(model.name),
+                (index, model),
+                lambda: provider_cluster(model, index, self.settings),
             )
         return units
 
@@ -159,7 +179,9 @@ class Recompiler:
         return _ClusterUnit(source, Resource.of(cluster["name"], parse(cluster, Cluster, cluster["name"])))
 
 
-def _listener_resources(config: config_model.RouterConfig, offer: ListenerOffer, data: SidecarData) -> tuple[Resource, Resource, Resource]:
+def _listener_resources(
+    config: config_model.RouterConfig, offer: ListenerOffer, data: SidecarData
+) -> tuple[Resource, Resource, Resource]:
     name = offer.name
     sidecar = Resource.of(names.sidecar(name), typed_struct(data.payload(offer)))
     routes = route_configuration(config, offer, sidecar.version)
@@ -188,7 +210,13 @@ class _Definitions:
         if found is None:
             pool = self._config.pools.get(name)
             members = tuple((m, self._config.deployments.get(m)) for m in pool.members) if pool is not None else ()
-            found = self._memo[name] = (name, pool, members, tuple(self._deployments_of.get(name, ())), self._providers.get(name))
+            found = self._memo[name] = (
+                name,
+                pool,
+                members,
+                tuple(self._deployments_of.get(name, ())),
+                self._providers.get(name),
+            )
         return found
 
 

@@ -37,7 +37,11 @@ def listener(offer: ListenerOffer, *, route_config: dict[str, Any] | None = None
         local_reply_config=local_reply_config(offer),
         http_filters=[
             fill("listener/zstd_decompressor"),
-            fill("listener/ext_proc", sidecar_cluster=names.SIDECAR_CLUSTER, message_timeout=duration(_message_timeout_ms(offer))),
+            fill(
+                "listener/ext_proc",
+                sidecar_cluster=names.SIDECAR_CLUSTER,
+                message_timeout=duration(_message_timeout_ms(offer)),
+            ),
             *([client_credentials_stripped()] if l.auth is not None else []),
             fill("listener/router"),
         ],
@@ -48,4 +52,6 @@ def _message_timeout_ms(offer: ListenerOffer) -> int:
     # The sidecar may spend the whole deadline in one message (calling the member itself, or
     # splitting a batch upstream), then answers 504 in the listener's form: a message may take
     # the longest deadline the listener allows, plus the margin for writing that answer.
-    return max((o.deadline_ms for o in offer.offers if o.api.versioned), default=DEFAULT_DEADLINE_MS) + DEADLINE_MARGIN_MS
+    return (
+        max((o.deadline_ms for o in offer.offers if o.api.versioned), default=DEFAULT_DEADLINE_MS) + DEADLINE_MARGIN_MS
+    )

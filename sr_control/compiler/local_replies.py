@@ -33,15 +33,51 @@ HEADERS_LIMIT = 60 * 1024
 # Every status Envoy answers with itself, and what the client is told. ``message`` is what
 # happened as the client can act on it; Envoy's access log line (``details``) says exactly why.
 ENVOY_REPLIES: tuple[ErrorInfo, ...] = (
-    ErrorInfo(400, "invalid_request", "the request is not valid HTTP (Envoy could not read it)", "api_usage_error", reason="malformed_http"),
+    ErrorInfo(
+        400,
+        "invalid_request",
+        "the request is not valid HTTP (Envoy could not read it)",
+        "api_usage_error",
+        reason="malformed_http",
+    ),
     ErrorInfo(404, "not_found", "no route of this listener serves this request", "not_found"),
     ErrorInfo(405, "method_not_allowed", "this path does not take this method", "api_usage_error"),
-    ErrorInfo(408, "deadline_exceeded", "the request was not received in time (the client sent it too slowly)", "timeout", reason="request_timeout"),
-    ErrorInfo(413, "request_too_large", f"the request body is over the {BODY_LIMIT // (1024 * 1024)} MiB limit", "api_usage_error", limit=BODY_LIMIT),
-    ErrorInfo(431, "request_too_large", f"the request headers are over the {HEADERS_LIMIT // 1024} KiB limit", "api_usage_error", reason="headers_too_large", limit=HEADERS_LIMIT),
-    ErrorInfo(500, "internal_error", "the listener could not process the request (its ext_proc sidecar failed or cannot be reached)", "unknown"),
+    ErrorInfo(
+        408,
+        "deadline_exceeded",
+        "the request was not received in time (the client sent it too slowly)",
+        "timeout",
+        reason="request_timeout",
+    ),
+    ErrorInfo(
+        413,
+        "request_too_large",
+        f"the request body is over the {BODY_LIMIT // (1024 * 1024)} MiB limit",
+        "api_usage_error",
+        limit=BODY_LIMIT,
+    ),
+    ErrorInfo(
+        431,
+        "request_too_large",
+        f"the request headers are over the {HEADERS_LIMIT // 1024} KiB limit",
+        "api_usage_error",
+        reason="headers_too_large",
+        limit=HEADERS_LIMIT,
+    ),
+    ErrorInfo(
+        500,
+        "internal_error",
+        "the listener could not process the request (its ext_proc sidecar failed or cannot be reached)",
+        "unknown",
+    ),
     ErrorInfo(502, "upstream_error", "the member's answer could not be read", "unknown"),
-    ErrorInfo(503, "unavailable", "no member can take the request now (none is up, or a connection to it failed)", "overloaded_error", retry_after=1.0),
+    ErrorInfo(
+        503,
+        "unavailable",
+        "no member can take the request now (none is up, or a connection to it failed)",
+        "overloaded_error",
+        retry_after=1.0,
+    ),
     ErrorInfo(504, "deadline_exceeded", "no answer came within the time the listener allows", "timeout"),
 )
 # Any other status Envoy answers with itself (none is known to reach a client; kept so no reply
@@ -72,7 +108,12 @@ def _mapper(offer: ListenerOffer, reply: ErrorInfo, expression: str) -> dict[str
         "listener/local_reply_mapper",
         expression=expression,
         body=body.decode(),
-        headers=[{"header": {"key": k, "value": v}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"} for k, v in headers if k != "content-type"] or None,
+        headers=[
+            {"header": {"key": k, "value": v}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+            for k, v in headers
+            if k != "content-type"
+        ]
+        or None,
     )
 
 

@@ -1,8 +1,8 @@
 """Compiled resources as files: what ``vllm-sr config compile FILE -o DIR`` writes.
 
-    listeners.yaml routes.yaml clusters.yaml sidecar.yaml   one DiscoveryResponse each, as served
-    bootstrap.yaml                                          Envoy knowing only the control plane
-    envoy-static.yaml                                       everything inline
+listeners.yaml routes.yaml clusters.yaml sidecar.yaml   one DiscoveryResponse each, as served
+bootstrap.yaml                                          Envoy knowing only the control plane
+envoy-static.yaml                                       everything inline
 """
 
 from __future__ import annotations

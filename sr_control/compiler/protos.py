@@ -58,7 +58,13 @@ SIDECAR = _PREFIX + TypedStruct.DESCRIPTOR.full_name
 SIDECAR_PAYLOAD = "vllm-sr.io/sidecar.v1.Listener"
 
 # Short names for logs, metrics and status.
-TYPE_NAMES: dict[str, str] = {CLUSTER: "clusters", LISTENER: "listeners", ROUTE: "routes", SIDECAR: "sidecar", ENDPOINT: "endpoints"}
+TYPE_NAMES: dict[str, str] = {
+    CLUSTER: "clusters",
+    LISTENER: "listeners",
+    ROUTE: "routes",
+    SIDECAR: "sidecar",
+    ENDPOINT: "endpoints",
+}
 # The order a change is pushed (make before break, docs/xds/serve.md): clusters before the
 # listeners and routes that name them, listeners before the routes they name (Envoy warms a
 # listener until its routes arrive), the sidecar data before the routes that carry its
@@ -66,6 +72,7 @@ TYPE_NAMES: dict[str, str] = {CLUSTER: "clusters", LISTENER: "listeners", ROUTE:
 # cluster's, even while a step waits for its ACK, since Envoy holds a new EDS cluster warming
 # (and its cluster ACK) until the cluster's endpoints arrive (xds/stream.py).
 PUSH_ORDER: tuple[str, ...] = (CLUSTER, LISTENER, SIDECAR, ROUTE)
+
 
 def typed_struct(payload: dict[str, Any]) -> TypedStruct:
     return TypedStruct(type_url=SIDECAR_PAYLOAD, value=_struct(payload))
@@ -105,6 +112,20 @@ def to_dict(message: Message) -> dict[str, Any]:
 
 
 __all__ = [
-    "CLUSTER", "ENDPOINT", "LISTENER", "PUSH_ORDER", "ROUTE", "SIDECAR", "SIDECAR_PAYLOAD", "TYPE_NAMES",
-    "Bootstrap", "Cluster", "ClusterLoadAssignment", "Listener", "RouteConfiguration", "TypedStruct", "to_dict", "typed_struct",
+    "CLUSTER",
+    "ENDPOINT",
+    "LISTENER",
+    "PUSH_ORDER",
+    "ROUTE",
+    "SIDECAR",
+    "SIDECAR_PAYLOAD",
+    "TYPE_NAMES",
+    "Bootstrap",
+    "Cluster",
+    "ClusterLoadAssignment",
+    "Listener",
+    "RouteConfiguration",
+    "TypedStruct",
+    "to_dict",
+    "typed_struct",
 ]

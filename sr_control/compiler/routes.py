@@ -73,10 +73,38 @@ def route_table(config: RouterConfig, offer: ListenerOffer, sidecar_version: str
         for path in o.api.paths:
             if o.api.kind == "decision":
                 # The sidecar answers at the deadline; Envoy's timeout is the backstop after it.
-                routes.append(_sidecar(offer, o.api.name, o.schema, path, o.deadline_ms + DEADLINE_MARGIN_MS, sidecar_version, None, match=_post(path)))
-                routes.append(_local(f"{o.api.name}:{path}:other-methods", _match(path), 405, offer, f"{path} takes POST", allow="POST"))
+                routes.append(
+                    _sidecar(
+                        offer,
+                        o.api.name,
+                        o.schema,
+                        path,
+                        o.deadline_ms + DEADLINE_MARGIN_MS,
+                        sidecar_version,
+                        None,
+                        match=_post(path),
+                    )
+                )
+                routes.append(
+                    _local(
+                        f"{o.api.name}:{path}:other-methods",
+                        _match(path),
+                        405,
+                        offer,
+                        f"{path} takes POST",
+                        allow="POST",
+                    )
+                )
             elif not o.models:
-                routes.append(_local(f"{o.api.name}:{path}", _match(path), 404, offer, f"listener {offer.name!r} offers {o.api.name} but no model serves it"))
+                routes.append(
+                    _local(
+                        f"{o.api.name}:{path}",
+                        _match(path),
+                        404,
+                        offer,
+                        f"listener {offer.name!r} offers {o.api.name} but no model serves it",
+                    )
+                )
             elif direct is not None:
                 routes.append(_provider(o.api.name, path, *direct))
             else:
@@ -84,16 +112,32 @@ def route_table(config: RouterConfig, offer: ListenerOffer, sidecar_version: str
     listings = [MODELS_PATH] + ([SYSTEMONE_MODELS_PATH] if offer.systemone_schema is not None else [])
     for path in listings:
         get = {"path": path, "headers": [{"name": ":method", "string_match": {"exact": "GET"}}]}
-        routes.append(_sidecar(offer, "models", offer.systemone_schema, path, LISTING_TIMEOUT_MS, sidecar_version, None, match=get))
-        routes.append(_local(f"models:{path}:other-methods", _match(path), 405, offer, f"{path} takes GET", allow="GET"))
+        routes.append(
+            _sidecar(
+                offer, "models", offer.systemone_schema, path, LISTING_TIMEOUT_MS, sidecar_version, None, match=get
+            )
+        )
+        routes.append(
+            _local(f"models:{path}:other-methods", _match(path), 405, offer, f"{path} takes GET", allow="GET")
+        )
     for api in offer.not_offered():
         for path in api.paths:
             routes.append(_local(f"not-offered:{api.name}:{path}", _match(path), 404, offer, _not_offered(api, offer)))
-    routes.append(_local("not-found", {"prefix": "/"}, 404, offer, f"no API on listener {offer.name!r} serves this path; it offers {_offers(offer)}"))
+    routes.append(
+        _local(
+            "not-found",
+            {"prefix": "/"},
+            404,
+            offer,
+            f"no API on listener {offer.name!r} serves this path; it offers {_offers(offer)}",
+        )
+    )
     return routes
 
 
-def _direct_provider(o: Offer, providers: dict[str, tuple[int, ProviderModel]]) -> tuple[str, int, ProviderModel] | None:
+def _direct_provider(
+    o: Offer, providers: dict[str, tuple[int, ProviderModel]]
+) -> tuple[str, int, ProviderModel] | None:
     """The one provider model an LLM API can go to without Python, if there is one.
 
     Two or more models need the body's ``model`` read; a model of another API format needs
@@ -149,7 +193,7 @@ def _sidecar(
 def _provider(api: str, path: str, cluster: str, index: int, model: ProviderModel) -> dict[str, Any]:
     # Registry paths start with /v1; the provider's endpoint URL says where its /v1 lives.
     base = upstream(model.endpoints, f"providers.models[{index}].endpoints").base_path
-    tail = path[len("/v1"):]
+    tail = path[len("/v1") :]
     match = _match(path)
     rewritten = base + (tail[:-1] if "prefix" in match else tail)
     return fill(
@@ -163,11 +207,20 @@ def _provider(api: str, path: str, cluster: str, index: int, model: ProviderMode
     )
 
 
-def _local(name: str, match: dict[str, Any], status: int, offer: ListenerOffer, message: str, *, allow: str | None = None) -> dict[str, Any]:
+def _local(
+    name: str, match: dict[str, Any], status: int, offer: ListenerOffer, message: str, *, allow: str | None = None
+) -> dict[str, Any]:
     headers = [_header("content-type", "application/json")]
     if allow:
         headers.append(_header("allow", allow))
-    return fill("route/local_reply", name=name, match=match, status=status, body=error_body(offer, status, message), headers=headers)
+    return fill(
+        "route/local_reply",
+        name=name,
+        match=match,
+        status=status,
+        body=error_body(offer, status, message),
+        headers=headers,
+    )
 
 
 def error_body(offer: ListenerOffer, status: int, message: str) -> str:

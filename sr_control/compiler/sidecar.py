@@ -41,10 +41,13 @@ class SidecarData:
         if entry is None:
             dep = self.config.deployments[name]
             assert dep.endpoint is not None  # a Service-backed deployment's is derived from the Service
-            entry = self._deployments[name] = struct_value(dep.model_dump(mode="json", by_alias=True, exclude_none=True) | {
-                "cluster": names.deployment_cluster(name),
-                "path": upstream([dep.endpoint], f"deployments.{name}.endpoint").base_path or "/",
-            })
+            entry = self._deployments[name] = struct_value(
+                dep.model_dump(mode="json", by_alias=True, exclude_none=True)
+                | {
+                    "cluster": names.deployment_cluster(name),
+                    "path": upstream([dep.endpoint], f"deployments.{name}.endpoint").base_path or "/",
+                }
+            )
         return entry
 
     def _provider(self, name: str) -> Any:
@@ -52,10 +55,13 @@ class SidecarData:
         if entry is None:
             index = self._provider_index[name]
             model = self.config.providers.models[index]
-            entry = self._providers[name] = struct_value(model.model_dump(mode="json", by_alias=True, exclude_none=True) | {
-                "cluster": names.provider_cluster(model.name),
-                "path": upstream(model.endpoints, f"providers.models[{index}].endpoints").base_path or "/",
-            })
+            entry = self._providers[name] = struct_value(
+                model.model_dump(mode="json", by_alias=True, exclude_none=True)
+                | {
+                    "cluster": names.provider_cluster(model.name),
+                    "path": upstream(model.endpoints, f"providers.models[{index}].endpoints").base_path or "/",
+                }
+            )
         return entry
 
     def payload(self, offer: ListenerOffer) -> dict[str, Any]:
@@ -88,7 +94,9 @@ class SidecarData:
             "providers": {name: self._provider(name) for name in dict.fromkeys(providers)},
         }
 
-    def _api_entry(self, api: str, paths: tuple[str, ...], models: tuple[str, ...], schema: str | None, deadline_ms: int | None) -> Any:
+    def _api_entry(
+        self, api: str, paths: tuple[str, ...], models: tuple[str, ...], schema: str | None, deadline_ms: int | None
+    ) -> Any:
         entry: dict[str, Any] = {"api": api, "paths": list(paths), "models": list(models)}
         if schema is not None:
             entry["schema"] = schema

@@ -149,7 +149,9 @@ def fill(template_name: str, /, **values: Any) -> Any:
     try:
         template = templates()[template_name]
     except KeyError:
-        raise TemplateError(f"no template {template_name!r} in {TEMPLATES_PACKAGE} (have: {', '.join(templates())})") from None
+        raise TemplateError(
+            f"no template {template_name!r} in {TEMPLATES_PACKAGE} (have: {', '.join(templates())})"
+        ) from None
     return template.fill(values)
 
 

@@ -57,29 +57,47 @@ def check_provider_models(ctx: Context) -> Iterator[Finding]:
         if not api.versioned:
             yield loc + ("schema",), f"{api.name} is unversioned; only systemone models take a schema"
         elif model.schema_ not in schemas.SCHEMAS:
-            yield loc + ("schema",), f"unknown schema {model.schema_!r} (supported: {_supported(schemas.UPSTREAM_SCHEMAS)})"
+            yield (
+                loc + ("schema",),
+                f"unknown schema {model.schema_!r} (supported: {_supported(schemas.UPSTREAM_SCHEMAS)})",
+            )
         elif model.schema_ not in schemas.UPSTREAM_SCHEMAS:
-            yield loc + ("schema",), f"{model.schema_} is served to clients, not spoken to upstreams (upstream schemas: {_supported(schemas.UPSTREAM_SCHEMAS)})"
+            yield (
+                loc + ("schema",),
+                f"{model.schema_} is served to clients, not spoken to upstreams (upstream schemas: {_supported(schemas.UPSTREAM_SCHEMAS)})",
+            )
 
 
 def check_deployments(ctx: Context) -> Iterator[Finding]:
     for name, dep in ctx.config.deployments.items():
         loc: Loc = ("deployments", name)
         if dep.schema_ not in schemas.SCHEMAS:
-            yield loc + ("schema",), f"unknown schema {dep.schema_!r} (supported: {_supported(schemas.UPSTREAM_SCHEMAS)})"
+            yield (
+                loc + ("schema",),
+                f"unknown schema {dep.schema_!r} (supported: {_supported(schemas.UPSTREAM_SCHEMAS)})",
+            )
             continue
         if dep.schema_ not in schemas.UPSTREAM_SCHEMAS:
-            yield loc + ("schema",), f"{dep.schema_} is served to clients, not spoken to upstreams (upstream schemas: {_supported(schemas.UPSTREAM_SCHEMAS)})"
+            yield (
+                loc + ("schema",),
+                f"{dep.schema_} is served to clients, not spoken to upstreams (upstream schemas: {_supported(schemas.UPSTREAM_SCHEMAS)})",
+            )
         seen: set[str] = set()
         for j, dev in enumerate(dep.deviations):
             if dev in seen:
                 yield loc + ("deviations", j), f"deviation {dev!r} is listed twice"
             seen.add(dev)
             if dev not in schemas.DEVIATIONS:
-                yield loc + ("deviations", j), f"unknown deviation {dev!r} (supported: {_supported(tuple(schemas.DEVIATIONS))})"
+                yield (
+                    loc + ("deviations", j),
+                    f"unknown deviation {dev!r} (supported: {_supported(tuple(schemas.DEVIATIONS))})",
+                )
             elif dep.schema_ not in schemas.DEVIATIONS[dev].applies_to:
                 fits = _supported(tuple(schemas.DEVIATIONS[dev].applies_to))
-                yield loc + ("deviations", j), f"deviation {dev!r} does not apply to {dep.schema_} (it applies to {fits})"
+                yield (
+                    loc + ("deviations", j),
+                    f"deviation {dev!r} does not apply to {dep.schema_} (it applies to {fits})",
+                )
 
 
 def check_systemone_02_capabilities(ctx: Context) -> Iterator[Finding]:
@@ -92,14 +110,20 @@ def check_systemone_02_capabilities(ctx: Context) -> Iterator[Finding]:
         rule = f"deployment {name!r} speaks systemone/0.2, which"
         for j, kind in enumerate(dep.capabilities.question_types):
             if kind in REFUSE["question_type"]:
-                yield loc + ("question_types", j), f"{rule} cannot carry {kind} questions (0.2 asks noul, choice, score and box questions)"
+                yield (
+                    loc + ("question_types", j),
+                    f"{rule} cannot carry {kind} questions (0.2 asks noul, choice, score and box questions)",
+                )
         for j, modality in enumerate(dep.capabilities.modalities):
             if modality in REFUSE["asset_type"]:
                 yield loc + ("modalities", j), f"{rule} cannot carry {modality} assets (0.2 takes text and images)"
         for j, preset in enumerate(dep.capabilities.presets):
             preset_kind = PRESETS.get(preset, {}).get("type")
             if preset_kind in REFUSE["question_type"]:
-                yield loc + ("presets", j), f"{rule} cannot carry preset {preset!r}: it needs {preset_kind} questions (0.2 presets expand to instructions and criteria)"
+                yield (
+                    loc + ("presets", j),
+                    f"{rule} cannot carry preset {preset!r}: it needs {preset_kind} questions (0.2 presets expand to instructions and criteria)",
+                )
 
 
 def check_pools(ctx: Context) -> Iterator[Finding]:
@@ -216,9 +240,15 @@ def _check_apis(ctx: Context, loc: Loc, apis: dict[str, ApiSettings], models: Mo
             if not api.versioned:
                 yield here + ("schema",), f"{api.name} is unversioned and takes no schema"
             elif settings.schema_ not in schemas.SCHEMAS:
-                yield here + ("schema",), f"unknown schema {settings.schema_!r} (supported: {_supported(schemas.LISTENER_SCHEMAS)})"
+                yield (
+                    here + ("schema",),
+                    f"unknown schema {settings.schema_!r} (supported: {_supported(schemas.LISTENER_SCHEMAS)})",
+                )
             elif settings.schema_ not in api.schemas or settings.schema_ not in schemas.LISTENER_SCHEMAS:
-                yield here + ("schema",), f"a listener cannot serve {api.name} in {settings.schema_} (listener schemas: {_supported(schemas.LISTENER_SCHEMAS)})"
+                yield (
+                    here + ("schema",),
+                    f"a listener cannot serve {api.name} in {settings.schema_} (listener schemas: {_supported(schemas.LISTENER_SCHEMAS)})",
+                )
         for setting in ("max_deadline_ms",):
             if getattr(settings, setting) is not None and setting not in api.settings:
                 owners = [a.name for a in REGISTRY if setting in a.settings]
@@ -231,10 +261,16 @@ def _check_apis(ctx: Context, loc: Loc, apis: dict[str, ApiSettings], models: Mo
                 offered = ", ".join(models.of_kind(api.kind)) or "none defined"
                 yield here + ("models", j), f"unknown model {model!r} ({api.kind} models: {offered})"
             elif kind != api.kind:
-                yield here + ("models", j), f"{model!r} is {'an LLM' if kind == 'llm' else 'a decision'} model; {api.name} serves {api.kind} models"
+                yield (
+                    here + ("models", j),
+                    f"{model!r} is {'an LLM' if kind == 'llm' else 'a decision'} model; {api.name} serves {api.kind} models",
+                )
             elif kind == "llm" and models.formats.get(model) != api.name:
                 # The router forwards LLM requests as they are; it does not translate formats.
-                yield here + ("models", j), f"{model!r} speaks {models.formats.get(model)}, not {api.name}; list it under {models.formats.get(model)} (the router does not translate between LLM formats)"
+                yield (
+                    here + ("models", j),
+                    f"{model!r} speaks {models.formats.get(model)}, not {api.name}; list it under {models.formats.get(model)} (the router does not translate between LLM formats)",
+                )
 
 
 CHECKS: tuple[Check, ...] = (

@@ -35,9 +35,7 @@ def explain(config: RouterConfig) -> dict[str, Any]:
                     },
                 }
             )
-        listeners.append(
-            {"name": listener.name, "address": listener.address, "port": listener.port, "apis": apis}
-        )
+        listeners.append({"name": listener.name, "address": listener.address, "port": listener.port, "apis": apis})
     return {"version": config.version, "listeners": listeners}
 
 

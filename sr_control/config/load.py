@@ -127,7 +127,9 @@ class _Problems:
 def _current_format(marked: Marked, text: str, file: str, problem: _Problems) -> Marked | None:
     """The document in the current format, or None (with a problem) when it cannot be."""
     if not isinstance(marked.data, dict):
-        problem((), f"a router config is a mapping of sections ({', '.join(_SECTIONS)}), not a {type(marked.data).__name__}")
+        problem(
+            (), f"a router config is a mapping of sections ({', '.join(_SECTIONS)}), not a {type(marked.data).__name__}"
+        )
         return None
     version = marked.data.get("version", 1)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
@@ -165,7 +167,9 @@ def _validate(data: dict[str, Any], problem: _Problems) -> RouterConfig:
     )
     parts["deployments"] = _validate_map(data.get("deployments"), ("deployments",), Deployment, problem, ignored)
     parts["pools"] = _validate_map(data.get("pools"), ("pools",), Pool, problem, ignored)
-    parts["listeners"], listener_index = _validate_list(data.get("listeners"), ("listeners",), Listener, problem, ignored)
+    parts["listeners"], listener_index = _validate_list(
+        data.get("listeners"), ("listeners",), Listener, problem, ignored
+    )
 
     partial = RouterConfig.model_construct(
         version=CURRENT_VERSION,
@@ -215,7 +219,11 @@ def _describe(err: ErrorDetails) -> tuple[Loc, str, bool]:
         msg = "must be lowercase letters, digits, '-' or '_', starting and ending with a letter or digit (at most 63)"
     else:
         msg = msg.replace("Input should be", "must be").replace("Input should have", "must have")
-    if "input" in err and kind not in ("missing", "value_error", "too_short", "too_long") and not isinstance(err["input"], (dict, list)):
+    if (
+        "input" in err
+        and kind not in ("missing", "value_error", "too_short", "too_long")
+        and not isinstance(err["input"], (dict, list))
+    ):
         got = err["input"]
         if isinstance(got, datetime.date):
             # YAML reads an unquoted 2001-12-14 as a date: say so, and how to keep the text.
@@ -279,7 +287,9 @@ class _Entries:
         self._keys[id(value)] = (value, key)
         return key
 
-    def validated(self, model: type[BaseModel], value: Any) -> tuple[BaseModel | None, tuple[tuple[Loc, str, bool], ...]]:
+    def validated(
+        self, model: type[BaseModel], value: Any
+    ) -> tuple[BaseModel | None, tuple[tuple[Loc, str, bool], ...]]:
         key = (model, self._key(value))
         with self._lock:
             found = self._entries.get(key)
@@ -322,7 +332,9 @@ def _validate_map(value: Any, loc: Loc, model: type[BaseModel], problem: Any, ig
     return out
 
 
-def _validate_list(value: Any, loc: Loc, model: type[BaseModel], problem: Any, ignored: set[str]) -> tuple[list[Any], list[int]]:
+def _validate_list(
+    value: Any, loc: Loc, model: type[BaseModel], problem: Any, ignored: set[str]
+) -> tuple[list[Any], list[int]]:
     if value is None:
         return [], []
     if not isinstance(value, list):

@@ -119,7 +119,9 @@ def _by_ruamel(build: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
         try:
             return build(node)
         except (ValueError, LookupError, RuamelYAMLError) as exc:
-            raise yaml.constructor.ConstructorError(None, None, unbuildable(node.value, node.tag, exc), node.start_mark) from None
+            raise yaml.constructor.ConstructorError(
+                None, None, unbuildable(node.value, node.tag, exc), node.start_mark
+            ) from None
 
     return construct
 
@@ -235,9 +237,16 @@ def _build(loader: Any, node: Any, loc: YamlPath, marks: dict[YamlPath, Mark], f
         for key_node, value_node in pairs:
             key = loader.construct_object(key_node, deep=True) if merges else _key(loader, key_node, seen)
             if not isinstance(key, (str, int, float, bool, datetime.date)) and key is not None:
-                raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a scalar", key_node.start_mark)
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a mapping key must be a scalar", key_node.start_mark
+                )
             here = loc + (key,)
-            marks[here] = (key_node.start_mark.line, key_node.start_mark.column, value_node.start_mark.line, value_node.start_mark.column)
+            marks[here] = (
+                key_node.start_mark.line,
+                key_node.start_mark.column,
+                value_node.start_mark.line,
+                value_node.start_mark.column,
+            )
             out[key] = _build(loader, value_node, here, marks, file)
         return out
     raise yaml.constructor.ConstructorError(None, None, f"unexpected YAML node {node.tag}", node.start_mark)

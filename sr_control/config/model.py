@@ -38,7 +38,9 @@ def _label(what: str, first: str) -> tuple[AfterValidator, Any]:
 
     def check(value: str) -> str:
         if not re.match(pattern, value):
-            raise ValueError(f"{value!r} is not a Kubernetes {what}: lowercase letters, digits and '-', starting with {starts} and ending with a letter or digit (at most 63)")
+            raise ValueError(
+                f"{value!r} is not a Kubernetes {what}: lowercase letters, digits and '-', starting with {starts} and ending with a letter or digit (at most 63)"
+            )
         return value
 
     return AfterValidator(check), Field(json_schema_extra={"pattern": pattern})
@@ -167,14 +169,18 @@ class ListenerAuth(_Section):
     compiled resources or the ADS stream. Exactly one of the two."""
 
     keys_env: EnvVar | None = None  # an environment variable of the sidecar: keys separated by commas or whitespace
-    keys_file: str | None = Field(default=None, min_length=1)  # a file the sidecar reads: one key per line, '#' comments
+    keys_file: str | None = Field(
+        default=None, min_length=1
+    )  # a file the sidecar reads: one key per line, '#' comments
 
     @model_validator(mode="after")
     def _one_source(self) -> ListenerAuth:
         if (self.keys_env is None) == (self.keys_file is None):
             raise ValueError("give exactly one of keys_env and keys_file")
         if self.keys_file is not None and not self.keys_file.startswith("/"):
-            raise ValueError(f"keys_file {self.keys_file!r} must be an absolute path (the sidecar reads it, from its own working directory)")
+            raise ValueError(
+                f"keys_file {self.keys_file!r} must be an absolute path (the sidecar reads it, from its own working directory)"
+            )
         return self
 
 

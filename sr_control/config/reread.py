@@ -144,7 +144,11 @@ def _splice_entries(
         indent = len(text) - len(text.lstrip(" "))
         if indent < column:
             return None
-        if indent == column and entries.is_list and not (text[column] == "-" and text[column + 1 : column + 2] in (" ", "")):
+        if (
+            indent == column
+            and entries.is_list
+            and not (text[column] == "-" and text[column + 1 : column + 2] in (" ", ""))
+        ):
             return None
     if content and (content[0][0] != 0 or len(part[0]) - len(part[0].lstrip(" ")) != column):
         return None  # the parsed lines start with an entry, as they did before the edit

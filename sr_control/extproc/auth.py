@@ -59,7 +59,9 @@ class KeyRing:
             value = self._environ.get(ref.keys_env, "")
             keys = _parse(value)
             if not keys:
-                raise KeysUnavailable(f"the listener's keys variable {ref.keys_env} is unset or empty in the sidecar's environment")
+                raise KeysUnavailable(
+                    f"the listener's keys variable {ref.keys_env} is unset or empty in the sidecar's environment"
+                )
             return keys
         assert ref.keys_file is not None
         return self._file(ref.keys_file)

@@ -40,12 +40,22 @@ def read(body: bytes, content_type: str) -> tuple[bytes, Mapping[str, tuple[str,
         if not isinstance(name, str):
             raise ValidationFailed([DetailItem(("body",), "a multipart part has no name", "value_error")])
         if name in parts:
-            raise ValidationFailed([DetailItem(("body", name), f"the multipart body has two parts named {name!r}", "value_error")])
+            raise ValidationFailed(
+                [DetailItem(("body", name), f"the multipart body has two parts named {name!r}", "value_error")]
+            )
         payload = part.get_payload(decode=True)
         parts[name] = (part.get_content_type(), payload if isinstance(payload, bytes) else b"")
     request = parts.pop(REQUEST_PART, None)
     if request is None:
-        raise ValidationFailed([DetailItem(("body", REQUEST_PART), "a multipart body needs a part named 'request' holding the JSON request", "missing")])
+        raise ValidationFailed(
+            [
+                DetailItem(
+                    ("body", REQUEST_PART),
+                    "a multipart body needs a part named 'request' holding the JSON request",
+                    "missing",
+                )
+            ]
+        )
     return request[1], parts
 
 

@@ -48,7 +48,10 @@ class Needs:
             return 0
         tokens = 0
         for _, request in items(self.ir):
-            longest = max((_chars(q.instructions) + _chars(q.criteria) for q in request.questions.values() if q.problem is None), default=0)
+            longest = max(
+                (_chars(q.instructions) + _chars(q.criteria) for q in request.questions.values() if q.problem is None),
+                default=0,
+            )
             tokens = max(tokens, (_chars(request.state) + longest) // CHARS_PER_TOKEN_FLOOR)
         return tokens
 
@@ -108,8 +111,14 @@ def needs_of(ir: Request | Batch, body_bytes: int | None = None) -> Needs:
             elif q.type in ("set", "span") and isinstance(criteria, dict):
                 labels = max(labels, len(criteria))
     return Needs(
-        frozenset(types), frozenset(modalities), frozenset(fields), options, labels, (fewest, most) if most else None,
-        ir, body_bytes if body_bytes is not None else 1 << 62,
+        frozenset(types),
+        frozenset(modalities),
+        frozenset(fields),
+        options,
+        labels,
+        (fewest, most) if most else None,
+        ir,
+        body_bytes if body_bytes is not None else 1 << 62,
     )
 
 
@@ -136,7 +145,9 @@ def lacks(needs: Needs, card: Card) -> tuple[str, ...]:
         out.append(f"{needs.max_labels} labels (it reads at most {max_labels})")
     if needs.levels is not None:
         fewest, most = needs.levels
-        if (lim.min_levels is not None and fewest < lim.min_levels) or (lim.max_levels is not None and most > lim.max_levels):
+        if (lim.min_levels is not None and fewest < lim.min_levels) or (
+            lim.max_levels is not None and most > lim.max_levels
+        ):
             asked = str(most) if fewest == most else f"{fewest} to {most}"
             out.append(f"score questions of {asked} levels (it reads {lim.min_levels}-{lim.max_levels})")
     if lim.max_input_tokens and not needs.fits(lim.max_input_tokens):

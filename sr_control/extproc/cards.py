@@ -44,7 +44,14 @@ class CardState:
 
 
 class CardBook:
-    def __init__(self, http: Http, *, refresh_s: float = REFRESH_S, timeout_s: float = TIMEOUT_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        http: Http,
+        *,
+        refresh_s: float = REFRESH_S,
+        timeout_s: float = TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.http = http
         self.refresh_s = refresh_s
         self.timeout_s = timeout_s
@@ -63,7 +70,9 @@ class CardBook:
             return self._declared(member)
         key = self._key(member)
         state = self._states.get(key)
-        if state is not None and self._clock() - state.fetched_at > (self.refresh_s if state.card is not None else RETRY_S):
+        if state is not None and self._clock() - state.fetched_at > (
+            self.refresh_s if state.card is not None else RETRY_S
+        ):
             self._start(key, member)  # in the background; this request uses what is known
         return state
 
@@ -77,7 +86,9 @@ class CardBook:
         old = self._states.get(key)
         if member.schema != "vllm-sr/5.0" or old is None:
             return
-        self._states[key] = CardState(old.card, why, self._clock() - self.refresh_s, old.description, old.release_date, healthy=False)
+        self._states[key] = CardState(
+            old.card, why, self._clock() - self.refresh_s, old.description, old.release_date, healthy=False
+        )
         self._start(key, member)
 
     def states(self) -> dict[str, CardState]:
@@ -91,7 +102,10 @@ class CardBook:
     def _declared(self, member: Member) -> CardState:
         d = member.declared
         if d is None:
-            return CardState(STANDARD_CARD if member.schema == "systemone/0.2" else None, "publishes no card and declares no capabilities")
+            return CardState(
+                STANDARD_CARD if member.schema == "systemone/0.2" else None,
+                "publishes no card and declares no capabilities",
+            )
         fields: frozenset[str] | None = frozenset() if member.schema == "systemone/0.2" else None
         return CardState(Card(d.question_types, d.modalities, d.presets, fields=fields, source="declared"))
 
@@ -108,12 +122,19 @@ class CardBook:
         try:
             state = await self._read(member)
         except Exception as exc:  # noqa: BLE001 - any failure makes the member down, never the sidecar
-            state = CardState(None, f"model card of {member.name!r} unreadable: {type(exc).__name__}: {exc}", self._clock())
+            state = CardState(
+                None, f"model card of {member.name!r} unreadable: {type(exc).__name__}: {exc}", self._clock()
+            )
         finally:
             self._fetching.pop(key, None)
         old = self._states.get(key)
         if old is None or (old.card is None) != (state.card is None) or old.healthy != state.healthy:
-            _log.info("member card", member=member.name, down=state.error, question_types=sorted(state.card.question_types) if state.card else None)
+            _log.info(
+                "member card",
+                member=member.name,
+                down=state.error,
+                question_types=sorted(state.card.question_types) if state.card else None,
+            )
         self._states[key] = state
         return state
 
@@ -126,8 +147,12 @@ class CardBook:
         headers = {"accept": "application/json"} | ({"authorization": f"Bearer {key}"} if key else {})
         try:
             health, listing = await asyncio.gather(
-                self.http.request("GET", member.origin + member.path("/health"), headers=headers, timeout_s=self.timeout_s),
-                self.http.request("GET", member.origin + member.path("/v1/models"), headers=headers, timeout_s=self.timeout_s),
+                self.http.request(
+                    "GET", member.origin + member.path("/health"), headers=headers, timeout_s=self.timeout_s
+                ),
+                self.http.request(
+                    "GET", member.origin + member.path("/v1/models"), headers=headers, timeout_s=self.timeout_s
+                ),
             )
         except CallFailed as exc:
             return CardState(None, f"unreachable: {exc}", now)
@@ -136,7 +161,9 @@ class CardBook:
             doc = _json(health.body)
             contract = doc.get("api_version") if isinstance(doc, dict) else None
             if health.status == 503 or (isinstance(doc, dict) and doc.get("ready") is False):
-                return CardState(None, f"not ready ({doc.get('status', 'loading') if isinstance(doc, dict) else 'loading'})", now)
+                return CardState(
+                    None, f"not ready ({doc.get('status', 'loading') if isinstance(doc, dict) else 'loading'})", now
+                )
         if listing.status != 200:
             return CardState(None, f"GET /v1/models answered {listing.status}", now)
         entry = _entry(_json(listing.body), member.model)
@@ -180,9 +207,19 @@ def _card(doc: Any, contract: str | None) -> Card | None:
         question_types=frozenset(doc.get("question_types") or ()),
         modalities=frozenset(doc.get("modalities") or ("text",)),
         presets=frozenset(doc.get("presets") or ()),
-        limits=Limits(limit("max_options"), limit("max_labels"), limit("min_levels"), limit("max_levels"), limit("max_input_tokens")),
+        limits=Limits(
+            limit("max_options"),
+            limit("max_labels"),
+            limit("min_levels"),
+            limit("max_levels"),
+            limit("max_input_tokens"),
+        ),
         contract=contract,
-        listed_limits=tuple((str(k), v if isinstance(v, int) and not isinstance(v, bool) else None) for k, v in limits.items()) if isinstance(limits, dict) else (),
+        listed_limits=tuple(
+            (str(k), v if isinstance(v, int) and not isinstance(v, bool) else None) for k, v in limits.items()
+        )
+        if isinstance(limits, dict)
+        else (),
     )
 
 

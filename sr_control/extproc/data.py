@@ -182,7 +182,9 @@ def _read(p: Mapping[str, Any], version: str, received_at: float) -> ListenerDat
                 several_hosts=len(d["endpoints"]) > 1,
             )
         else:
-            providers[name] = Provider(name, str(d["cluster"]), api, str(d.get("path", "/")).rstrip("/"), d.get("api_key_env"))
+            providers[name] = Provider(
+                name, str(d["cluster"]), api, str(d.get("path", "/")).rstrip("/"), d.get("api_key_env")
+            )
     models: dict[str, tuple[str, ...]] = {}
     for name, target in (p.get("models") or {}).items():
         if "pool" in target:
@@ -194,7 +196,9 @@ def _read(p: Mapping[str, Any], version: str, received_at: float) -> ListenerDat
     for name, names in models.items():
         missing = [m for m in names if m not in members]
         if missing:
-            raise DataError(f"sidecar data of version {version}: model {name!r} names members it does not describe: {', '.join(missing)}")
+            raise DataError(
+                f"sidecar data of version {version}: model {name!r} names members it does not describe: {', '.join(missing)}"
+            )
     auth = p.get("auth")
     return ListenerData(
         listener=str(p["listener"]),

@@ -108,14 +108,24 @@ class SystemOne:
         offer = incoming.data.systemone
         codec = listener_codec(offer)
         if offer is None:
-            return error_answer(codec, ProtocolError(f"listener {incoming.listener!r} does not offer System One", status=404, code="not_found", error_type="not_found")), None
+            return error_answer(
+                codec,
+                ProtocolError(
+                    f"listener {incoming.listener!r} does not offer System One",
+                    status=404,
+                    code="not_found",
+                    error_type="not_found",
+                ),
+            ), None
         req: ClientRequest | None = None
         try:
             multipart = body_parts.read(body, incoming.headers.get("content-type", ""))
             req = codec.read(incoming.path, multipart[0] if multipart else body, incoming.headers.items())
             if multipart:
                 # The client's bytes are a form, not JSON: the member gets the internal form.
-                req = replace(req, ir=body_parts.inline_parts(req.ir, multipart[1]), plan=replace(req.plan, kind="convert"))
+                req = replace(
+                    req, ir=body_parts.inline_parts(req.ir, multipart[1]), plan=replace(req.plan, kind="convert")
+                )
             for form in req.legacy_forms:
                 self.s.metrics.diagnostics.labels(incoming.listener, form).inc()
             name, members = self._resolve(incoming, req.ir)
@@ -146,7 +156,9 @@ class SystemOne:
             offer = incoming.data.systemone
             served = ", ".join(offer.models) if offer is not None else ""
             default = incoming.data.default_model()
-            raise UnknownModel(f"Unknown model: {asked} (listener {incoming.listener!r} serves {served}; 'jev-latest' or no model mean {default})")
+            raise UnknownModel(
+                f"Unknown model: {asked} (listener {incoming.listener!r} serves {served}; 'jev-latest' or no model mean {default})"
+            )
         return resolved
 
     def _through_envoy(self, call: Call, member: Member) -> Forward:
@@ -169,11 +181,15 @@ class SystemOne:
         # No key here: Envoy adds the member's own as the request leaves for its cluster, and a
         # listener with keys drops the client's (sr_control/compiler/credentials.py), so no
         # ext_proc answer carries a key.
-        return Forward(cluster=member.cluster, path=member.path(DECISIONS), body=body, set_headers=tuple(sets), member=member.name)
+        return Forward(
+            cluster=member.cluster, path=member.path(DECISIONS), body=body, set_headers=tuple(sets), member=member.name
+        )
 
     # ------------------------------------------------------------------------ the answer
 
-    async def on_response_headers(self, call: Call, status: int, headers: dict[str, str], end_of_stream: bool) -> Answer | None:
+    async def on_response_headers(
+        self, call: Call, status: int, headers: dict[str, str], end_of_stream: bool
+    ) -> Answer | None:
         """The forwarded member answered ``status``: fail over now, answer now (no body), or go on."""
         member = call.member
         assert member is not None
@@ -184,7 +200,13 @@ class SystemOne:
             if status >= 500 and status != 504:
                 self.s.cards.failed(member, f"answered {status}")
             if others and call.incoming.remaining_s(call.deadline_ms) > 0:
-                _log.warning("failing over", request_id=call.incoming.request_id, member=member.name, status=status, to=[m.name for m in others])
+                _log.warning(
+                    "failing over",
+                    request_id=call.incoming.request_id,
+                    member=member.name,
+                    status=status,
+                    to=[m.name for m in others],
+                )
                 self.s.metrics.failovers.labels(call.incoming.listener).inc()
                 return await self._answer_directly(call, others)
         if end_of_stream:
@@ -225,7 +247,10 @@ class SystemOne:
                 else:
                     answered, failure = await self._call_standard(call, member, sub)
             except KeysUnavailable as exc:
-                answered, failure = {}, ErrorInfo(503, "unavailable", str(exc), "overloaded_error", "upstream_key_unavailable")
+                answered, failure = (
+                    {},
+                    ErrorInfo(503, "unavailable", str(exc), "overloaded_error", "upstream_key_unavailable"),
+                )
             except UnsupportedCapability as exc:
                 answered, failure = {}, exc.info  # what the target cannot carry; another may
             results.update(answered)
@@ -235,7 +260,13 @@ class SystemOne:
             if failure is not None:
                 last = failure
         if pending:
-            missing = last or ErrorInfo(504, "deadline_exceeded", f"no member answered within the deadline of {call.deadline_ms} ms", "timeout", "deadline_exceeded")
+            missing = last or ErrorInfo(
+                504,
+                "deadline_exceeded",
+                f"no member answered within the deadline of {call.deadline_ms} ms",
+                "timeout",
+                "deadline_exceeded",
+            )
             if len(pending) == len(list(items(ir))) and not results:
                 return error_answer(call.codec, missing, call.req)
             for name in pending:
@@ -247,20 +278,32 @@ class SystemOne:
         except ProtocolError as exc:
             return error_answer(call.codec, exc, call.req)
 
-    async def _call_runtime(self, call: Call, member: Member, sub: Request | Batch) -> tuple[dict[str, ItemResult] | bytes, ErrorInfo | None]:
+    async def _call_runtime(
+        self, call: Call, member: Member, sub: Request | Batch
+    ) -> tuple[dict[str, ItemResult] | bytes, ErrorInfo | None]:
         """One /v1/decisions call to a vllm-sr/5.0 member: every item answered, or a failure; or,
         when the member calls its reply to the whole request whole and that is the client's
         answer as it is (``x-vsr-reply``), the reply's own bytes, never read."""
-        headers = [("content-type", "application/json"), ("x-request-id", call.incoming.request_id), (DEADLINE_HEADER, str(_left_ms(call)))]
+        headers = [
+            ("content-type", "application/json"),
+            ("x-request-id", call.incoming.request_id),
+            (DEADLINE_HEADER, str(_left_ms(call))),
+        ]
         key = upstream_key(member.api_key_env)
         if key is not None:
             headers.append(("authorization", f"Bearer {key}"))
-        body, form = member_body(call.req, call.sent, member.model) if sub is call.req.ir else (internal_body(sub, member.model), "convert")
+        body, form = (
+            member_body(call.req, call.sent, member.model)
+            if sub is call.req.ir
+            else (internal_body(sub, member.model), "convert")
+        )
         self.s.metrics.diagnostics.labels(call.incoming.listener, form).inc()
         # At most max_concurrency calls open to it, as Envoy's circuit breaker allows: the rest
         # wait their turn, within the deadline.
         with self.s.pool.calling(member):
-            reply = await self._gated_post(member, member.origin + member.path(DECISIONS), call.sent if body is None else body, headers, call)
+            reply = await self._gated_post(
+                member, member.origin + member.path(DECISIONS), call.sent if body is None else body, headers, call
+            )
         if isinstance(reply, ErrorInfo):
             return {}, reply
         names = [name for name, _ in items(sub)]
@@ -279,12 +322,20 @@ class SystemOne:
             return {}, info
         return {n: ItemResult(error=info) for n in names}, None
 
-    async def _call_standard(self, call: Call, member: Member, sub: Request | Batch) -> tuple[dict[str, ItemResult], ErrorInfo | None]:
+    async def _call_standard(
+        self, call: Call, member: Member, sub: Request | Batch
+    ) -> tuple[dict[str, ItemResult], ErrorInfo | None]:
         """A systemone/0.2 member: the client codec's plan (split, presets, ``state_text``),
         at most ``max_concurrency`` calls at once, within the caller's deadline."""
         codec = CLIENTS["systemone/0.2"]
         remaining_ms = max(1, int(call.incoming.remaining_s(call.deadline_ms) * 1000))
-        target = Target(member.schema, model=member.model, deviations=member.deviations, max_concurrency=member.max_concurrency, path=member.systemone_path)
+        target = Target(
+            member.schema,
+            model=member.model,
+            deviations=member.deviations,
+            max_concurrency=member.max_concurrency,
+            path=member.systemone_path,
+        )
         plan = codec.plan(sub, target, Policy(deadline_ms=remaining_ms))
         key = upstream_key(member.api_key_env)
         auth = (("authorization", f"Bearer {key}"),) if key is not None else ()
@@ -293,7 +344,13 @@ class SystemOne:
 
         async def one(wire: Any) -> None:
             nonlocal failure
-            reply = await self._gated_post(member, member.origin + wire.path, wire.body, [*wire.headers, *auth, ("x-request-id", call.incoming.request_id)], call)
+            reply = await self._gated_post(
+                member,
+                member.origin + wire.path,
+                wire.body,
+                [*wire.headers, *auth, ("x-request-id", call.incoming.request_id)],
+                call,
+            )
             if isinstance(reply, ErrorInfo):
                 if reply.code == "deadline_exceeded":
                     answered.update(codec.missed(plan, wire))
@@ -314,7 +371,9 @@ class SystemOne:
             await asyncio.gather(*(one(w) for w in plan.calls))
         return answered, failure
 
-    async def _gated_post(self, member: Member, url: str, body: bytes, headers: list[tuple[str, str]], call: Call) -> Reply | ErrorInfo:
+    async def _gated_post(
+        self, member: Member, url: str, body: bytes, headers: list[tuple[str, str]], call: Call
+    ) -> Reply | ErrorInfo:
         """``_post`` within the member's ``max_concurrency``: a call waits for its turn only while
         the deadline allows, then the client gets its 504 in the listener's form."""
         gate = self.s.pool.gate(member)
@@ -329,16 +388,31 @@ class SystemOne:
         finally:
             gate.release()
 
-    async def _post(self, member: Member, url: str, body: bytes, headers: list[tuple[str, str]], call: Call) -> Reply | ErrorInfo:
+    async def _post(
+        self, member: Member, url: str, body: bytes, headers: list[tuple[str, str]], call: Call
+    ) -> Reply | ErrorInfo:
         timeout = call.incoming.remaining_s(call.deadline_ms)
         try:
             reply = await self.s.http.request("POST", url, body=body, headers=headers, timeout_s=timeout)
         except CallFailed as exc:
             self.s.metrics.upstream.labels(member.name, exc.kind).inc()
             if exc.kind == "timeout":
-                return ErrorInfo(504, "deadline_exceeded", f"{member.name} did not answer within the deadline of {call.deadline_ms} ms", "timeout", "deadline_exceeded")
+                return ErrorInfo(
+                    504,
+                    "deadline_exceeded",
+                    f"{member.name} did not answer within the deadline of {call.deadline_ms} ms",
+                    "timeout",
+                    "deadline_exceeded",
+                )
             self.s.cards.failed(member, str(exc))
-            return ErrorInfo(503, "unavailable", f"{member.name} cannot be reached: {exc}", "overloaded_error", "member_unreachable", retry_after=1.0)
+            return ErrorInfo(
+                503,
+                "unavailable",
+                f"{member.name} cannot be reached: {exc}",
+                "overloaded_error",
+                "member_unreachable",
+                retry_after=1.0,
+            )
         self.s.metrics.upstream.labels(member.name, upstream_result(reply.status)).inc()
         if reply.status >= 500 and reply.status not in (504,):
             self.s.cards.failed(member, f"answered {reply.status}")
@@ -362,8 +436,19 @@ def unreadable(call: Call, member: Member | None, exc: BaseException) -> ErrorIn
     if isinstance(exc, ProtocolError):
         return exc.info
     name = member.name if member is not None else "the member"
-    _log.warning("member reply unreadable", request_id=call.incoming.request_id, member=name, error=f"{type(exc).__name__}: {exc}")
-    return ErrorInfo(502, "invalid_model_output", f"{name} answered with a reply that cannot be read ({type(exc).__name__}: {exc})", "upstream_error", "invalid_model_output")
+    _log.warning(
+        "member reply unreadable",
+        request_id=call.incoming.request_id,
+        member=name,
+        error=f"{type(exc).__name__}: {exc}",
+    )
+    return ErrorInfo(
+        502,
+        "invalid_model_output",
+        f"{name} answered with a reply that cannot be read ({type(exc).__name__}: {exc})",
+        "upstream_error",
+        "invalid_model_output",
+    )
 
 
 # ---------------------------------------------------------------------------- the IR for a member

@@ -48,7 +48,10 @@ async def listing(s: Sidecar, incoming: Incoming) -> Answer:
     if not data.providers or not llm:
         return Answer(200, _JSON, dumpb(doc))
     members = [(k, v) for k, v in doc.items() if k != "data"]
-    legacy = tuple(JsonObject([*e.items(), ("object", "model"), ("created", _created(data)), ("owned_by", "vllm-sr")]) for e in doc.get("data", ()))
+    legacy = tuple(
+        JsonObject([*e.items(), ("object", "model"), ("created", _created(data)), ("owned_by", "vllm-sr")])
+        for e in doc.get("data", ())
+    )
     return Answer(200, _JSON, dumpb(JsonObject([*members, ("object", "list"), ("data", (*llm, *legacy))])))
 
 
@@ -104,7 +107,10 @@ def _llm_entries(data: ListenerData) -> list[JsonObject]:
     for offer in data.offers.values():
         if offer.api != SYSTEMONE_API:
             names.update(dict.fromkeys(m for m in offer.models if m in data.providers))
-    return [JsonObject([("id", n), ("object", "model"), ("created", _created(data)), ("owned_by", "vllm-sr")]) for n in names]
+    return [
+        JsonObject([("id", n), ("object", "model"), ("created", _created(data)), ("owned_by", "vllm-sr")])
+        for n in names
+    ]
 
 
 def _created(data: ListenerData) -> int:

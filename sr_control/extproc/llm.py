@@ -34,15 +34,39 @@ class _Body(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(_Body)
 
 # OpenAI's and Anthropic's error types by status.
-_OPENAI_TYPE = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error", 413: "invalid_request_error", 500: "server_error", 503: "server_error"}
-_ANTHROPIC_TYPE = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error", 413: "request_too_large", 500: "api_error", 503: "overloaded_error"}
+_OPENAI_TYPE = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    404: "invalid_request_error",
+    413: "invalid_request_error",
+    500: "server_error",
+    503: "server_error",
+}
+_ANTHROPIC_TYPE = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    500: "api_error",
+    503: "overloaded_error",
+}
 
 
 def llm_error(api: str, status: int, message: str, code: str, param: str | None = None) -> Answer:
     if api == ANTHROPIC:
-        doc: dict[str, Any] = {"type": "error", "error": {"type": _ANTHROPIC_TYPE.get(status, "api_error"), "message": message}}
+        doc: dict[str, Any] = {
+            "type": "error",
+            "error": {"type": _ANTHROPIC_TYPE.get(status, "api_error"), "message": message},
+        }
     else:
-        doc = {"error": {"message": message, "type": _OPENAI_TYPE.get(status, "server_error"), "param": param, "code": code}}
+        doc = {
+            "error": {
+                "message": message,
+                "type": _OPENAI_TYPE.get(status, "server_error"),
+                "param": param,
+                "code": code,
+            }
+        }
     return Answer(status, _JSON, json.dumps(doc).encode())
 
 
@@ -55,14 +79,22 @@ def route(incoming: Incoming, body: bytes) -> Forward | Answer:
     except msgspec.DecodeError as exc:
         return llm_error(api, 400, f"the request body is not a JSON object: {exc}", "invalid_json")
     if not isinstance(model, str) or not model:
-        return llm_error(api, 400, "the request body names no model (a string member `model`)", "missing_model", "model")
+        return llm_error(
+            api, 400, "the request body names no model (a string member `model`)", "missing_model", "model"
+        )
     served = offer.models if offer is not None else ()
     provider = incoming.data.providers.get(model) if model in served else None
     if provider is None:
         names = ", ".join(m for m in served if m in incoming.data.providers) or "none"
-        return llm_error(api, 404, f"The model '{model}' does not exist on listener '{listener}' (its {api} models: {names})", "model_not_found", "model")
+        return llm_error(
+            api,
+            404,
+            f"The model '{model}' does not exist on listener '{listener}' (its {api} models: {names})",
+            "model_not_found",
+            "model",
+        )
     sets: list[tuple[str, str]] = []
-    path = provider.base_path + incoming.path[len("/v1"):] if incoming.path.startswith("/v1") else incoming.path
+    path = provider.base_path + incoming.path[len("/v1") :] if incoming.path.startswith("/v1") else incoming.path
     if path != incoming.path:
         # What the access log shows; without the query, as the header goes upstream too.
         sets.append(("x-envoy-original-path", incoming.path.partition("?")[0]))

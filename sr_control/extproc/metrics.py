@@ -37,33 +37,83 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        self.diagnostics = Family(Counter(
-            "vsr_systemone_listener_diagnostics",
-            "System One requests per listener by form: each 4.0-only form a request used (states, choices, "
-            "implicit_roles, ...), and how it went on (passthrough or convert). When a 4.0 listener's 4.0 forms "
-            "stop counting up, it can switch to vllm-sr/5.0.",
-            ["listener", "form"],
-            registry=r,
-        ))
-        self.requests = Family(Counter("vsr_extproc_requests", "Requests the sidecar handled, by listener, API and the status the client got.", ["listener", "api", "status"], registry=r))
-        self.responses = Family(Counter(
-            "vsr_listener_responses",
-            "Every response a listener sent, from Envoy's access log (Envoy's own replies and timeouts included), by "
-            "listener, status, and who answered: member, sidecar, route (404/405) or envoy (details: why).",
-            ["listener", "status", "by", "details"],
-            registry=r,
-        ))
-        self.seconds = Family(Histogram("vsr_extproc_request_seconds", "Time from a request's headers reaching the sidecar to its answer leaving it.", ["listener", "api"], buckets=_BUCKETS, registry=r))
-        self.upstream = Family(Counter(
-            "vsr_extproc_upstream_calls",
-            "Calls to pool members by result: ok, client_error (4xx), server_error (5xx), timeout, connection.",
-            ["member", "result"],
-            registry=r,
-        ))
-        self.failovers = Family(Counter("vsr_extproc_failovers", "Requests answered by another member after the chosen one failed.", ["listener"], registry=r))
-        self.versions = Family(Gauge("vsr_extproc_config_versions", "Versions of sidecar data held, per listener.", ["listener"], registry=r, multiprocess_mode="max"))
-        self.version_waits = Family(Counter("vsr_extproc_version_waits", "Requests that named a config version not received yet, by outcome (arrived, timeout).", ["outcome"], registry=r))
-        self.errors = Family(Counter("vsr_extproc_internal_errors", "Unexpected errors in the sidecar (each logged with its traceback; the client got 500).", ["api"], registry=r))
+        self.diagnostics = Family(
+            Counter(
+                "vsr_systemone_listener_diagnostics",
+                "System One requests per listener by form: each 4.0-only form a request used (states, choices, "
+                "implicit_roles, ...), and how it went on (passthrough or convert). When a 4.0 listener's 4.0 forms "
+                "stop counting up, it can switch to vllm-sr/5.0.",
+                ["listener", "form"],
+                registry=r,
+            )
+        )
+        self.requests = Family(
+            Counter(
+                "vsr_extproc_requests",
+                "Requests the sidecar handled, by listener, API and the status the client got.",
+                ["listener", "api", "status"],
+                registry=r,
+            )
+        )
+        self.responses = Family(
+            Counter(
+                "vsr_listener_responses",
+                "Every response a listener sent, from Envoy's access log (Envoy's own replies and timeouts included), by "
+                "listener, status, and who answered: member, sidecar, route (404/405) or envoy (details: why).",
+                ["listener", "status", "by", "details"],
+                registry=r,
+            )
+        )
+        self.seconds = Family(
+            Histogram(
+                "vsr_extproc_request_seconds",
+                "Time from a request's headers reaching the sidecar to its answer leaving it.",
+                ["listener", "api"],
+                buckets=_BUCKETS,
+                registry=r,
+            )
+        )
+        self.upstream = Family(
+            Counter(
+                "vsr_extproc_upstream_calls",
+                "Calls to pool members by result: ok, client_error (4xx), server_error (5xx), timeout, connection.",
+                ["member", "result"],
+                registry=r,
+            )
+        )
+        self.failovers = Family(
+            Counter(
+                "vsr_extproc_failovers",
+                "Requests answered by another member after the chosen one failed.",
+                ["listener"],
+                registry=r,
+            )
+        )
+        self.versions = Family(
+            Gauge(
+                "vsr_extproc_config_versions",
+                "Versions of sidecar data held, per listener.",
+                ["listener"],
+                registry=r,
+                multiprocess_mode="max",
+            )
+        )
+        self.version_waits = Family(
+            Counter(
+                "vsr_extproc_version_waits",
+                "Requests that named a config version not received yet, by outcome (arrived, timeout).",
+                ["outcome"],
+                registry=r,
+            )
+        )
+        self.errors = Family(
+            Counter(
+                "vsr_extproc_internal_errors",
+                "Unexpected errors in the sidecar (each logged with its traceback; the client got 500).",
+                ["api"],
+                registry=r,
+            )
+        )
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

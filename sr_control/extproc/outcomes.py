@@ -48,7 +48,9 @@ class Outcomes(als_pb2_grpc.AccessLogServiceServicer):
         self.metrics = metrics
 
     async def StreamAccessLogs(  # noqa: N802 - the gRPC method's name
-        self, request_iterator: AsyncIterator[als_pb2.StreamAccessLogsMessage], context: grpc.aio.ServicerContext[als_pb2.StreamAccessLogsMessage, als_pb2.StreamAccessLogsResponse]
+        self,
+        request_iterator: AsyncIterator[als_pb2.StreamAccessLogsMessage],
+        context: grpc.aio.ServicerContext[als_pb2.StreamAccessLogsMessage, als_pb2.StreamAccessLogsResponse],
     ) -> als_pb2.StreamAccessLogsResponse:
         listener = ""
         async for message in request_iterator:

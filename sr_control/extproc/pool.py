@@ -36,7 +36,11 @@ class Ranking:
         if self.refused and all(name in self.down for name, _ in self.refused):
             return ProtocolError(
                 f"no member of {self.model!r} is available: {why}",
-                status=503, code="unavailable", error_type="overloaded_error", reason="no_member_available", retry_after=1.0,
+                status=503,
+                code="unavailable",
+                error_type="overloaded_error",
+                reason="no_member_available",
+                retry_after=1.0,
             )
         return UnsupportedCapability(f"no member of {self.model!r} can answer this request: {why}")
 
@@ -48,7 +52,9 @@ class Pool:
         self._gates: dict[tuple[str, int], asyncio.Semaphore] = {}
         self._turn = itertools.count()
 
-    async def rank(self, model: str, members: Sequence[Member], needs: Needs, exclude: frozenset[str] = frozenset()) -> Ranking:
+    async def rank(
+        self, model: str, members: Sequence[Member], needs: Needs, exclude: frozenset[str] = frozenset()
+    ) -> Ranking:
         capable: list[Member] = []
         refused: list[tuple[str, str]] = []
         down: set[str] = set()
@@ -68,7 +74,9 @@ class Pool:
                 capable.append(member)
         # Fewest open calls first; ties take turns, so equal members share the load.
         turn = next(self._turn)
-        order = sorted(range(len(capable)), key=lambda i: (self._open.get(capable[i].name, 0), (i - turn) % len(capable)))
+        order = sorted(
+            range(len(capable)), key=lambda i: (self._open.get(capable[i].name, 0), (i - turn) % len(capable))
+        )
         return Ranking(model, tuple(capable[i] for i in order), tuple(refused), frozenset(down))
 
     @contextmanager

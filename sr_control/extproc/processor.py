@@ -55,7 +55,9 @@ class Processor(pb_grpc.ExternalProcessorServicer):
         self.s = sidecar
         self.systemone = SystemOne(sidecar)
 
-    async def Process(self, requests: AsyncIterator[pb.ProcessingRequest], context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProcessingResponse]:  # noqa: N802 - gRPC's name
+    async def Process(
+        self, requests: AsyncIterator[pb.ProcessingRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ProcessingResponse]:  # noqa: N802 - gRPC's name
         exchange = Exchange(self, {k: v for k, v in context.invocation_metadata() or () if k.startswith("x-vsr-")})
         try:
             async for message in requests:
@@ -115,10 +117,21 @@ class Exchange:
             # Envoy sends the version its route was compiled with, always the route's own
             # listener's. A version of another listener (one without keys, say) would lend this
             # request that listener's auth: refused as a version this listener never had.
-            _log.warning("config version of another listener", listener=self.listener, version=version, belongs_to=data.listener)
+            _log.warning(
+                "config version of another listener", listener=self.listener, version=version, belongs_to=data.listener
+            )
             return self._immediate(self._unknown_version(version))
         request_id = headers.get("x-request-id") or uuid.uuid4().hex
-        incoming = self.incoming = Incoming(self.listener, self.api, data, headers.get(":method", ""), headers.get(":path", ""), headers, request_id, self.started)
+        incoming = self.incoming = Incoming(
+            self.listener,
+            self.api,
+            data,
+            headers.get(":method", ""),
+            headers.get(":path", ""),
+            headers,
+            request_id,
+            self.started,
+        )
         if data.auth is not None:
             denied = self._check_key(incoming, sum(1 for h in message.headers.headers if h.key == "authorization"))
             if denied is not None:
@@ -138,7 +151,9 @@ class Exchange:
         elif self.api in incoming.data.offers:
             out = llm.route(incoming, body)
         else:
-            out = llm.llm_error(self.api, 404, f"listener {self.listener!r} does not offer the {self.api} API", "not_found")
+            out = llm.llm_error(
+                self.api, 404, f"listener {self.listener!r} does not offer the {self.api} API", "not_found"
+            )
         if isinstance(out, Answer):
             return self._immediate(out)
         if self.call is None:
@@ -201,25 +216,64 @@ class Exchange:
         try:
             verdict = self.s.keys.check(incoming.data.auth, incoming.headers.get("authorization"))
         except KeysUnavailable as exc:
-            _log.error("listener keys unavailable", listener=self.listener, error=str(exc), request_id=incoming.request_id)
-            return self._error(ProtocolError(str(exc), status=503, code="unavailable", error_type="overloaded_error", reason="keys_unavailable", retry_after=1.0), "keys_unavailable")
+            _log.error(
+                "listener keys unavailable", listener=self.listener, error=str(exc), request_id=incoming.request_id
+            )
+            return self._error(
+                ProtocolError(
+                    str(exc),
+                    status=503,
+                    code="unavailable",
+                    error_type="overloaded_error",
+                    reason="keys_unavailable",
+                    retry_after=1.0,
+                ),
+                "keys_unavailable",
+            )
         if verdict.ok:
             return None
         return self._error(AuthenticationFailed(verdict.message, reason=verdict.reason), "invalid_api_key")
 
     def _unknown_version(self, version: str) -> Answer:
         wait = self.s.settings.version_wait_ms
-        what = f"config version {version!r} of listener {self.listener!r}" if version else f"the route of listener {self.listener!r} names no config version"
-        message = f"the sidecar has not received {what} (waited {wait} ms); retry shortly" if version else f"{what}; is Envoy fed by a vllm-sr control plane?"
+        what = (
+            f"config version {version!r} of listener {self.listener!r}"
+            if version
+            else f"the route of listener {self.listener!r} names no config version"
+        )
+        message = (
+            f"the sidecar has not received {what} (waited {wait} ms); retry shortly"
+            if version
+            else f"{what}; is Envoy fed by a vllm-sr control plane?"
+        )
         _log.warning("config version not received", listener=self.listener, version=version, waited_ms=wait)
-        return self._error(ProtocolError(message, status=503, code="unavailable", error_type="overloaded_error", reason="config_version_unknown", retry_after=1.0), "config_version_unknown")
+        return self._error(
+            ProtocolError(
+                message,
+                status=503,
+                code="unavailable",
+                error_type="overloaded_error",
+                reason="config_version_unknown",
+                retry_after=1.0,
+            ),
+            "config_version_unknown",
+        )
 
     def _internal_error(self, exc: BaseException) -> Answer:
         request_id = self.incoming.request_id if self.incoming is not None else ""
-        _log.exception("sidecar error", listener=self.listener, api=self.api, request_id=request_id, error=f"{type(exc).__name__}: {exc}")
+        _log.exception(
+            "sidecar error",
+            listener=self.listener,
+            api=self.api,
+            request_id=request_id,
+            error=f"{type(exc).__name__}: {exc}",
+        )
         self.s.metrics.errors.labels(self.api or "unknown").inc()
         message = f"the router failed on this request (request id {request_id}); its log has the details"
-        return self._error(ProtocolError(message, status=500, code="internal_error", error_type="unknown", reason="sidecar_error"), "internal_error")
+        return self._error(
+            ProtocolError(message, status=500, code="internal_error", error_type="unknown", reason="sidecar_error"),
+            "internal_error",
+        )
 
     def finish(self) -> None:
         if self.call is not None and self.call.member is not None:

@@ -103,7 +103,9 @@ class Worker:
 
         def changed(data: Any) -> None:
             asyncio.ensure_future(cards.refresh_all(data.members))
-            sidecar.metrics.versions.labels(data.listener).set(sum(1 for v in store.versions() if v.listener == data.listener))
+            sidecar.metrics.versions.labels(data.listener).set(
+                sum(1 for v in store.versions() if v.listener == data.listener)
+            )
 
         self.subscription = Subscription(s.xds, store, self.node, s.listeners, on_change=changed)
         self._subscribing = asyncio.ensure_future(self.subscription.run())
@@ -170,7 +172,13 @@ class Worker:
             "alive": self.alive(),
             "port": self.port,
             "socket": self.settings.socket or None,
-            "xds": {"target": self.settings.xds, "connected": sub.connected, "last_error": sub.last_error, "received": sub.received, "refused": sub.refused},
+            "xds": {
+                "target": self.settings.xds,
+                "connected": sub.connected,
+                "last_error": sub.last_error,
+                "received": sub.received,
+                "refused": sub.refused,
+            },
             "listeners": listeners,
             "members": members,
             "open_calls": pool.open_calls(),
@@ -210,7 +218,9 @@ def _bind_socket(server: grpc.aio.Server, path: str) -> int:
     finally:
         os.umask(old)
     if bound == 0:
-        raise OSError(f"cannot listen on the Unix socket {path} (its folder is missing or not writable, or a file is in the way)")
+        raise OSError(
+            f"cannot listen on the Unix socket {path} (its folder is missing or not writable, or a file is in the way)"
+        )
     os.chmod(path, 0o600)  # whatever the file system did with the umask
     return 0
 
@@ -235,14 +245,20 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
 # ---------------------------------------------------------------------------- one process
 
 
-def serve(settings: SidecarSettings, *, stop: threading.Event | None = None, on_ready: Callable[[int, int], None] | None = None) -> int:
+def serve(
+    settings: SidecarSettings,
+    *,
+    stop: threading.Event | None = None,
+    on_ready: Callable[[int, int], None] | None = None,
+) -> int:
     """Serve until SIGTERM/SIGINT (or ``stop``); one worker here, or ``settings.workers`` processes.
     Returns the exit code: 0 after a stop, 1 when a worker died."""
     if settings.workers > 1:
         return _supervise(settings, stop, on_ready)
     worker = Worker(settings)
     http = StatusServer(
-        settings.status_address, settings.status_port,
+        settings.status_address,
+        settings.status_port,
         status=lambda: {"workers": [worker.status_from_thread()]},
         metrics=lambda: worker.sidecar.metrics.text() if worker.started.is_set() else b"",
         serving=worker.ready,
@@ -257,6 +273,7 @@ def serve(settings: SidecarSettings, *, stop: threading.Event | None = None, on_
 
     _signals(on_signal)
     if stop is not None:
+
         def stop_when_asked() -> None:
             stop.wait()
             worker.stop()
@@ -308,7 +325,9 @@ def _worker_main(settings: SidecarSettings, status_file: str) -> None:
     Path(status_file).unlink(missing_ok=True)
 
 
-def _supervise(settings: SidecarSettings, stop: threading.Event | None, on_ready: Callable[[int, int], None] | None) -> int:
+def _supervise(
+    settings: SidecarSettings, stop: threading.Event | None, on_ready: Callable[[int, int], None] | None
+) -> int:
     _check_port_free(settings.host, settings.port)
     shared = tempfile.mkdtemp(prefix="vsr-extproc-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = shared
@@ -319,7 +338,10 @@ def _supervise(settings: SidecarSettings, stop: threading.Event | None, on_ready
     MultiProcessCollector(registry, path=shared)
     context = multiprocessing.get_context("spawn")
     files = [os.path.join(shared, f"status-{i}.json") for i in range(settings.workers)]
-    procs = [context.Process(target=_worker_main, args=(settings, f), name=f"extproc-{i}", daemon=False) for i, f in enumerate(files)]
+    procs = [
+        context.Process(target=_worker_main, args=(settings, f), name=f"extproc-{i}", daemon=False)
+        for i, f in enumerate(files)
+    ]
     for p in procs:
         p.start()
 
@@ -338,28 +360,38 @@ def _supervise(settings: SidecarSettings, stop: threading.Event | None, on_ready
 
     def alive() -> bool:
         now = time.time()
-        return all(p.is_alive() for p in procs) and all(now - s.get("at", now) < 10 and s.get("alive", True) for s in statuses())
+        return all(p.is_alive() for p in procs) and all(
+            now - s.get("at", now) < 10 and s.get("alive", True) for s in statuses()
+        )
 
     http = StatusServer(
-        settings.status_address, settings.status_port,
-        status=lambda: {"workers": statuses()}, metrics=lambda: generate_latest(registry),
-        serving=ready, alive=alive, not_ready=NOT_READY, not_alive=NOT_ALIVE,
+        settings.status_address,
+        settings.status_port,
+        status=lambda: {"workers": statuses()},
+        metrics=lambda: generate_latest(registry),
+        serving=ready,
+        alive=alive,
+        not_ready=NOT_READY,
+        not_alive=NOT_ALIVE,
     )
     http.start()
     done = threading.Event()
     _signals(lambda *_: done.set())
     if stop is not None:
+
         def done_when_asked() -> None:
             stop.wait()
             done.set()
 
         threading.Thread(target=done_when_asked, daemon=True).start()
     if on_ready is not None:
+
         def announce() -> None:
             while not done.is_set() and not ready():
                 time.sleep(0.05)
             if not done.is_set():
                 on_ready(settings.port, http.port)
+
         threading.Thread(target=announce, daemon=True).start()
     code = 0
     try:

@@ -115,7 +115,9 @@ class _Connection(asyncio.Protocol):
         elif not self._begun and self.reused:
             self.reply.set_exception(_Stale())
         else:
-            self._fail(CallFailed("connection", f"the connection closed before the reply was whole{f': {exc}' if exc else ''}"))
+            self._fail(
+                CallFailed("connection", f"the connection closed before the reply was whole{f': {exc}' if exc else ''}")
+            )
 
     # ------------------------------------------------------------------ httptools
 
@@ -125,7 +127,9 @@ class _Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         # As aiohttp reads them: UTF-8 (bytes that are not kept as surrogates), the field's
         # trailing whitespace dropped as RFC 9110 says (llhttp drops only the leading).
-        self._headers.append((name.decode("utf-8", "surrogateescape").lower(), value.decode("utf-8", "surrogateescape").rstrip(" \t")))
+        self._headers.append(
+            (name.decode("utf-8", "surrogateescape").lower(), value.decode("utf-8", "surrogateescape").rstrip(" \t"))
+        )
 
     def on_headers_complete(self) -> None:
         self._headers_done = True
@@ -237,7 +241,9 @@ class Http:
                 return conn
         scheme, host, port = target.origin
         tls = self._tls_context() if scheme == "https" else None
-        _, conn = await asyncio.get_running_loop().create_connection(_Connection, host, port, ssl=tls, server_hostname=host if tls else None)
+        _, conn = await asyncio.get_running_loop().create_connection(
+            _Connection, host, port, ssl=tls, server_hostname=host if tls else None
+        )
         return conn
 
     def _tls_context(self) -> ssl.SSLContext:
@@ -252,7 +258,9 @@ class Http:
         self._pools.clear()
 
 
-def _request(method: str, target: _Target, body: bytes | None, headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> bytes:
+def _request(
+    method: str, target: _Target, body: bytes | None, headers: Mapping[str, str] | Iterable[tuple[str, str]]
+) -> bytes:
     lines = [f"{method} {target.path} HTTP/1.1", f"host: {target.host}"]
     for name, value in headers.items() if isinstance(headers, Mapping) else headers:
         if name.lower() in _OWN_HEADERS:

@@ -118,8 +118,10 @@ def _migrate_listener(listener: CommentedMap, decision: set[str], formats: dict[
         picks = [i for i, m in enumerate(models) if str(m) not in decision and formats.get(str(m), api) == api]
         if picks:
             apis[api] = _flow_map([("models", _subseq(models, picks))])
-    served_systemone = systemone is not None and systemone is not False and not (
-        isinstance(systemone, dict) and systemone.get("enabled") is False
+    served_systemone = (
+        systemone is not None
+        and systemone is not False
+        and not (isinstance(systemone, dict) and systemone.get("enabled") is False)
     )
     if served_systemone:
         settings: list[tuple[str, Any]] = [("schema", "vllm-sr/4.0")]

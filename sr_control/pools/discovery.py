@@ -97,7 +97,12 @@ class KubernetesDiscovery:
             "mode": "kubernetes",
             "namespace": self.namespace,
             "services": {
-                str(k): {"listed": w.synced.is_set(), "slices": len(w.slices()), "resource_version": w.resource_version, "error": w.error}
+                str(k): {
+                    "listed": w.synced.is_set(),
+                    "slices": len(w.slices()),
+                    "resource_version": w.resource_version,
+                    "error": w.error,
+                }
                 for k, w in sorted(watches.items())
             },
         }
@@ -112,7 +117,9 @@ class KubernetesDiscovery:
 class NoDiscovery:
     """Outside Kubernetes: Service-backed deployments have no hosts, and the log says why, once."""
 
-    def __init__(self, namespace: str = "default", reason: str = "no --kubeconfig given and not running in a Kubernetes pod") -> None:
+    def __init__(
+        self, namespace: str = "default", reason: str = "no --kubeconfig given and not running in a Kubernetes pod"
+    ) -> None:
         self.namespace = namespace
         self.reason = reason
         self._told: set[ServiceKey] = set()
@@ -126,7 +133,9 @@ class NoDiscovery:
         for key in self._keys:
             if key not in self._told:
                 self._told.add(key)
-                _log.warning("service not discovered: its deployments have no endpoints", service=str(key), reason=self.reason)
+                _log.warning(
+                    "service not discovered: its deployments have no endpoints", service=str(key), reason=self.reason
+                )
 
     def wait_synced(self, keys: Iterable[ServiceKey], timeout: float) -> None:
         pass

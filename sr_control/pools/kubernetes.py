@@ -214,7 +214,9 @@ def api_client(kubeconfig: Path | None) -> tuple[Any, str]:
             config.load_incluster_config(client_configuration=configuration)
             namespace = IN_CLUSTER_NAMESPACE.read_text().strip() if IN_CLUSTER_NAMESPACE.exists() else "default"
     except Exception as exc:  # noqa: BLE001 - a kubeconfig fails in many ways (YAML, missing keys, files); each is one line
-        where = f"kubeconfig {kubeconfig}" if kubeconfig is not None else "the pod's service account (in-cluster config)"
+        where = (
+            f"kubeconfig {kubeconfig}" if kubeconfig is not None else "the pod's service account (in-cluster config)"
+        )
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise ValueError(f"cannot use {where}: {reason}") from None
     return client.ApiClient(configuration), namespace

@@ -81,7 +81,9 @@ class SnapshotCache:
         with self._lock:
             return len(self._members)
 
-    def report(self, stream: int, *, made: Mapping[str, str], settled: Mapping[str, str], subscribed: Iterable[str]) -> None:
+    def report(
+        self, stream: int, *, made: Mapping[str, str], settled: Mapping[str, str], subscribed: Iterable[str]
+    ) -> None:
         """How far ``stream``'s node has got; wakes the streams waiting on others when it moved."""
         with self._lock:
             m = self._members.get(stream)

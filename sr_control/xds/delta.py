@@ -53,8 +53,14 @@ class DeltaStream(Stream):
                 self._hooks.resumed(self.info, t, snapshot.type_version(t))
         return self._advance()
 
-    def _response(self, t: str, version: str, nonce: str, state: TypeState, want: Held, snapshot: Snapshot) -> discovery_pb2.DeltaDiscoveryResponse:
-        changed = [r for r in (self._resource(t, n, snapshot) for n in sorted(want) if state.held.get(n) != want[n]) if r is not None]
+    def _response(
+        self, t: str, version: str, nonce: str, state: TypeState, want: Held, snapshot: Snapshot
+    ) -> discovery_pb2.DeltaDiscoveryResponse:
+        changed = [
+            r
+            for r in (self._resource(t, n, snapshot) for n in sorted(want) if state.held.get(n) != want[n])
+            if r is not None
+        ]
         removed = sorted(n for n in state.held if n not in want)
         return discovery_pb2.DeltaDiscoveryResponse(
             system_version_info=version,

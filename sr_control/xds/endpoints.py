@@ -32,7 +32,11 @@ class EndpointBuilder:
         self._served: dict[str, dict[str, Any]] = {}  # deployment -> what /status shows
 
     def services(self, config: RouterConfig) -> set[ServiceKey]:
-        return {key_of(dep.service, self.discovery.namespace) for dep in config.deployments.values() if dep.service is not None}
+        return {
+            key_of(dep.service, self.discovery.namespace)
+            for dep in config.deployments.values()
+            if dep.service is not None
+        }
 
     def build(self, config: RouterConfig) -> Resources:
         out = []
@@ -46,13 +50,22 @@ class EndpointBuilder:
             hosts = found.hosts if found is not None else ()
             hostname = f"{key.name}.{key.namespace}.svc"
             out.append(endpoint_resource(names.deployment_cluster(name), hosts, hostname))
-            served[name] = {"service": str(key), "listed": found is not None, "hosts": [f"{ip}:{port}" for ip, port in hosts]}
+            served[name] = {
+                "service": str(key),
+                "listed": found is not None,
+                "hosts": [f"{ip}:{port}" for ip, port in hosts],
+            }
             if found is not None and found.problem:
                 problems[name] = served[name]["problem"] = found.problem
         with self._lock:
             for name, problem in problems.items():
                 if self._problems.get(name) != problem:
-                    _log.warning("endpointslices partly unreadable", deployment=name, service=served[name]["service"], problem=problem)
+                    _log.warning(
+                        "endpointslices partly unreadable",
+                        deployment=name,
+                        service=served[name]["service"],
+                        problem=problem,
+                    )
             self._problems = problems
             self._served = served
         self.metrics.endpoints.clear()

@@ -42,7 +42,12 @@ class Ledger:
 
     def hooks(self) -> Hooks:
         return Hooks(
-            opened=self._opened, closed=self._closed, pushed=self._pushed, acked=self._acked, resumed=self._resumed, nacked=self._nacked
+            opened=self._opened,
+            closed=self._closed,
+            pushed=self._pushed,
+            acked=self._acked,
+            resumed=self._resumed,
+            nacked=self._nacked,
         )
 
     def refusals(self, since: datetime) -> list[dict[str, str]]:
@@ -50,7 +55,13 @@ class Ledger:
         was published): the nodes that refused that version, each with Envoy's own message."""
         with self._lock:
             return [
-                {"node": status.info.node.id, "type": TYPE_NAMES.get(t, t), "version": s.nack["version"], "message": s.nack["message"], "at": s.nack["at"]}
+                {
+                    "node": status.info.node.id,
+                    "type": TYPE_NAMES.get(t, t),
+                    "version": s.nack["version"],
+                    "message": s.nack["message"],
+                    "at": s.nack["at"],
+                }
                 for status in self._streams.values()
                 for t, s in sorted(status.types.items())
                 if s.nack is not None and s.nacked_at is not None and s.nacked_at >= since
@@ -83,7 +94,9 @@ class Ledger:
     def _opened(self, info: StreamInfo) -> None:
         with self._lock:
             self._streams[info.id] = _NodeStatus(info)
-        _log.info("node connected", node=info.node.id, cluster=info.node.cluster, protocol=info.protocol, peer=info.peer)
+        _log.info(
+            "node connected", node=info.node.id, cluster=info.node.cluster, protocol=info.protocol, peer=info.peer
+        )
 
     def _closed(self, info: StreamInfo) -> None:
         with self._lock:
@@ -113,7 +126,11 @@ class Ledger:
             message = message.strip()
             status = self._type(info, type_url)
             status.nacked_at = datetime.now(timezone.utc)
-            status.nack = {"version": version, "message": message, "at": status.nacked_at.isoformat(timespec="milliseconds")}
+            status.nack = {
+                "version": version,
+                "message": message,
+                "at": status.nacked_at.isoformat(timespec="milliseconds"),
+            }
         _log.error(
             "envoy rejected config",
             node=info.node.id,

@@ -139,7 +139,10 @@ class Reloader:
             text = read_text(self.path)
         except ConfigUnreadable as exc:
             self._text_digest = None
-            return self._reject("unreadable", [{"file": exc.file, "line": 0, "column": 0, "field": "", "message": f"cannot read: {exc.reason}"}])
+            return self._reject(
+                "unreadable",
+                [{"file": exc.file, "line": 0, "column": 0, "field": "", "message": f"cannot read: {exc.reason}"}],
+            )
         digest = hashlib.sha256(text.encode()).hexdigest()
         if digest == self._text_digest:
             return Outcome("unchanged", served)
@@ -150,9 +153,22 @@ class Reloader:
         if report.config is None:
             return self._reject("invalid", [_problem(p) for p in report.errors])
         try:
-            snapshot = Snapshot.of(self._recompiler.compile(report.config), (self.snapshot.generation if self.snapshot else 0) + 1)
+            snapshot = Snapshot.of(
+                self._recompiler.compile(report.config), (self.snapshot.generation if self.snapshot else 0) + 1
+            )
         except CompileError as exc:
-            return self._reject("invalid", [{"file": str(self.path), "line": 0, "column": 0, "field": getattr(exc, "path", ""), "message": str(exc)}])
+            return self._reject(
+                "invalid",
+                [
+                    {
+                        "file": str(self.path),
+                        "line": 0,
+                        "column": 0,
+                        "field": getattr(exc, "path", ""),
+                        "message": str(exc),
+                    }
+                ],
+            )
         if snapshot.version == served:
             _log.info("config unchanged", file=str(self.path), version=served)
             return Outcome("unchanged", served)
@@ -183,13 +199,16 @@ class Reloader:
         self._text_digest = None
         _log.error("config reload failed unexpectedly", file=str(self.path), exception=traceback.format_exc())
         message = f"unexpected error (a bug in vllm-sr; the traceback is in its log): {type(exc).__name__}: {exc}"
-        return self._reject("error", [{"file": str(self.path), "line": 0, "column": 0, "field": "", "message": message}])
+        return self._reject(
+            "error", [{"file": str(self.path), "line": 0, "column": 0, "field": "", "message": message}]
+        )
 
     def _reject(self, result: Result, problems: list[dict[str, Any]]) -> Outcome:
         served = self.snapshot.version if self.snapshot else None
         for p in problems:
             _log.error("config rejected", **p)
-        _log.error("config not served", file=str(self.path), result=result, problems=len(problems), still_serving=served)
+        _log.error(
+            "config not served", file=str(self.path), result=result, problems=len(problems), still_serving=served
+        )
         self.last_error = {"result": result, "at": _now(), "problems": problems}
         return Outcome(result, served, tuple(problems))
-

@@ -1,9 +1,9 @@
 """The control plane as one object: config file -> snapshots -> ADS, plus the status port.
 
-    plane = ControlPlane(Path("config.yaml"), Settings(), host="127.0.0.1", port=18000, status_port=18001)
-    plane.start()        # first reload, then gRPC, status HTTP and the file watch
-    ...
-    plane.stop()
+plane = ControlPlane(Path("config.yaml"), Settings(), host="127.0.0.1", port=18000, status_port=18001)
+plane.start()        # first reload, then gRPC, status HTTP and the file watch
+...
+plane.stop()
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ class ControlPlane:
         self.ledger = Ledger()
         self.metrics = Metrics()
         self.reloader = Reloader(config, settings, self.cache, self.metrics, discovery=discovery)
-        self.service = AdsService(self.cache, Hooks.chain(self.ledger.hooks(), self.metrics.hooks()), max_streams=max_streams)
+        self.service = AdsService(
+            self.cache, Hooks.chain(self.ledger.hooks(), self.metrics.hooks()), max_streams=max_streams
+        )
         self._host = host
         self._port = port
         self._status_port = status_port
@@ -79,7 +81,12 @@ class ControlPlane:
         self.status_port = self._http.port
         self._grpc.start()
         self._http.start()
-        _log.info("xds serving", ads=f"{self._host}:{self.port}", status=f"{self._host}:{self.status_port}", config=str(self.config))
+        _log.info(
+            "xds serving",
+            ads=f"{self._host}:{self.port}",
+            status=f"{self._host}:{self.status_port}",
+            config=str(self.config),
+        )
 
     def stop(self) -> None:
         self._watch.stop()
@@ -94,7 +101,12 @@ class ControlPlane:
         streams = {"max": self.service.max_streams, "refused": self.service.refused}
         watch = "running" if self._watch.alive() else "stopped"
         discovery = self.reloader.discovery.status() | {"deployments": self.reloader.endpoints_status()}
-        out = self.reloader.status() | {"watch": watch, "streams": streams, "discovery": discovery, "nodes": self.ledger.nodes()}
+        out = self.reloader.status() | {
+            "watch": watch,
+            "streams": streams,
+            "discovery": discovery,
+            "nodes": self.ledger.nodes(),
+        }
         snapshot = self.reloader.snapshot
         last = self.reloader.last_reload
         refusals = self.ledger.refusals(since=snapshot.created_at) if snapshot is not None else []

@@ -42,7 +42,14 @@ _log = log.get_logger("vllm_sr.xds")
 
 
 class AdsService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
-    def __init__(self, cache: SnapshotCache, hooks: Hooks = Hooks(), *, max_streams: int = MAX_STREAMS, removal_grace: float = REMOVAL_GRACE) -> None:
+    def __init__(
+        self,
+        cache: SnapshotCache,
+        hooks: Hooks = Hooks(),
+        *,
+        max_streams: int = MAX_STREAMS,
+        removal_grace: float = REMOVAL_GRACE,
+    ) -> None:
         self.removal_grace = removal_grace
         self.cache = cache
         self.hooks = hooks
@@ -52,7 +59,9 @@ class AdsService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         self._open = 0
         self._lock = threading.Lock()
 
-    def StreamAggregatedResources(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+    def StreamAggregatedResources(
+        self, request_iterator: Iterator[Any], context: grpc.ServicerContext
+    ) -> Iterator[Any]:
         return self._serve("sotw", SotwStream, request_iterator, context)
 
     def DeltaAggregatedResources(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
@@ -79,17 +88,23 @@ class AdsService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                 max_streams=self.max_streams,
                 hint="raise --max-streams; the node keeps its last config and retries",
             )
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"vllm-sr: {self.max_streams} ADS streams are open (--max-streams)")
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"vllm-sr: {self.max_streams} ADS streams are open (--max-streams)"
+            )
         try:
             yield from self._loop(protocol, make, requests, context)
         finally:
             with self._lock:
                 self._open -= 1
 
-    def _loop(self, protocol: Protocol, make: Callable[..., Stream], requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+    def _loop(
+        self, protocol: Protocol, make: Callable[..., Stream], requests: Iterator[Any], context: grpc.ServicerContext
+    ) -> Iterator[Any]:
         events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         info = StreamInfo(next(self._ids), protocol, context.peer())
-        stream = make(info, self.cache, self.hooks, lambda: events.put(("push", None)), removal_grace=self.removal_grace)
+        stream = make(
+            info, self.cache, self.hooks, lambda: events.put(("push", None)), removal_grace=self.removal_grace
+        )
 
         def read() -> None:
             try:

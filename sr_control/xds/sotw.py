@@ -60,8 +60,12 @@ class SotwStream(Stream):
             self._hooks.resumed(self.info, t, req.version_info)
         return self._advance()
 
-    def _response(self, t: str, version: str, nonce: str, state: TypeState, want: Held, snapshot: Snapshot) -> discovery_pb2.DiscoveryResponse:
+    def _response(
+        self, t: str, version: str, nonce: str, state: TypeState, want: Held, snapshot: Snapshot
+    ) -> discovery_pb2.DiscoveryResponse:
         names = sorted(want) if t in _WHOLE_STATE else sorted(n for n in want if state.held.get(n) != want[n])
         resources = [r for r in (self._resource(t, name, snapshot) for name in names) if r is not None]
         self._remember(t, resources)
-        return discovery_pb2.DiscoveryResponse(version_info=version, type_url=t, nonce=nonce, resources=[r.packed for r in resources])
+        return discovery_pb2.DiscoveryResponse(
+            version_info=version, type_url=t, nonce=nonce, resources=[r.packed for r in resources]
+        )

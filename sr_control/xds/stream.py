@@ -269,7 +269,9 @@ class Stream:
         snapshot's data, or ``resync_wait`` after the control plane started."""
         if not self._resuming:
             return True
-        if not snapshot.resources.named(SIDECAR) or self._cache.holding(self.info.node, SIDECAR, snapshot.version, exclude=self.info.id):
+        if not snapshot.resources.named(SIDECAR) or self._cache.holding(
+            self.info.node, SIDECAR, snapshot.version, exclude=self.info.id
+        ):
             self._resuming = False
             return True
         left = self._cache.started + self._resync_wait - time.monotonic()
@@ -299,7 +301,9 @@ class Stream:
                 return False
             return True
         if t == ROUTE and not final:
-            lagging = self._cache.lagging(self.info.node, SIDECAR, snapshot.version, settled=False, exclude=self.info.id)
+            lagging = self._cache.lagging(
+                self.info.node, SIDECAR, snapshot.version, settled=False, exclude=self.info.id
+            )
         elif t == SIDECAR and final:
             lagging = self._cache.lagging(self.info.node, ROUTE, snapshot.version, settled=True, exclude=self.info.id)
         else:
@@ -339,7 +343,11 @@ class Stream:
         exact = {name: r.version for name, r in snapshot.named(t).items() if state.wants(name)}
         # The snapshot's own type version when the node gets exactly the snapshot's resources,
         # so a node in sync reports the version /status and `config compile` show.
-        version = snapshot.type_version(t) if want == exact else digest("\n".join(f"{n} {v}" for n, v in sorted(want.items())).encode())
+        version = (
+            snapshot.type_version(t)
+            if want == exact
+            else digest("\n".join(f"{n} {v}" for n, v in sorted(want.items())).encode())
+        )
         nonce = str(next(self._nonces))
         response = self._response(t, version, nonce, state, want, snapshot)
         self._pending[_lane(t)] = Pending(t, nonce, version, dict(state.held), want)

@@ -43,7 +43,9 @@ def fingerprint(path: Path) -> Fingerprint:
 
 
 class FileWatch:
-    def __init__(self, path: Path, on_change: Callable[[], object], interval: float = 0.025, settle: float = 0.25) -> None:
+    def __init__(
+        self, path: Path, on_change: Callable[[], object], interval: float = 0.025, settle: float = 0.25
+    ) -> None:
         self.path = path
         self.on_change = on_change
         self.interval = interval
@@ -71,7 +73,11 @@ class FileWatch:
             self._loop()
         finally:
             if not self._stop.is_set():
-                _log.error("config watch stopped", file=str(self.path), hint="edits are no longer read; restart the control plane")
+                _log.error(
+                    "config watch stopped",
+                    file=str(self.path),
+                    hint="edits are no longer read; restart the control plane",
+                )
 
     def _loop(self) -> None:
         seen = self._seen

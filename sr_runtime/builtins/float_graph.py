@@ -85,18 +85,30 @@ def dequantized(model: onnx.ModelProto) -> onnx.ModelProto:
         chain = readers.get(node.output[0], [])
         cast = chain[0] if len(chain) == 1 and chain[0].op_type == "Cast" else None
         scale_mul = readers.get(cast.output[0], []) if cast is not None else []
-        if quantize is None or quantize.op_type != "DynamicQuantizeLinear" or cast is None or len(scale_mul) != 1 or scale_mul[0].op_type != "Mul":
-            raise ValueError(f"node {node.name!r}: a MatMulInteger not written by quantize_dynamic; cannot make the graph float32")
+        if (
+            quantize is None
+            or quantize.op_type != "DynamicQuantizeLinear"
+            or cast is None
+            or len(scale_mul) != 1
+            or scale_mul[0].op_type != "Mul"
+        ):
+            raise ValueError(
+                f"node {node.name!r}: a MatMulInteger not written by quantize_dynamic; cannot make the graph float32"
+            )
         (mul,) = scale_mul
         scale_name = w_q.removesuffix("_quantized") + "_scale"
         scale = constant(scale_name, node)
         zero = constant(w_zero, node).astype(np.float32) if w_zero else np.float32(0)
         if np.ndim(scale) > 0 or np.ndim(zero) > 0:
-            raise ValueError(f"node {node.name!r}: per-channel weight scales are not supported; cannot make the graph float32")
+            raise ValueError(
+                f"node {node.name!r}: per-channel weight scales are not supported; cannot make the graph float32"
+            )
         weight = ((constant(w_q, node).astype(np.float32) - zero) * scale).astype(np.float32)
         name = w_q.removesuffix("_quantized") + "_float32"
         weights.append(numpy_helper.from_array(weight, name))
-        replaced[id(node)] = helper.make_node("MatMul", [quantize.input[0], name], [mul.output[0]], name=f"{node.name or mul.output[0]}_float32")
+        replaced[id(node)] = helper.make_node(
+            "MatMul", [quantize.input[0], name], [mul.output[0]], name=f"{node.name or mul.output[0]}_float32"
+        )
         dropped |= {id(cast), id(mul)}
 
     nodes = [replaced.get(id(n), n) for n in graph.node if id(n) not in dropped]

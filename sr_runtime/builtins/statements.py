@@ -20,23 +20,152 @@ DO = frozenset({"do", "does", "did"})
 OTHERS = frozenset({"has", "have", "had", "can", "could", "should", "will", "would", "may", "might", "must", "shall"})
 AUXILIARIES = BE | DO | OTHERS
 # "Isn't the order late?" asks, as English does, whether it is late.
-CONTRACTED = {"isn't": "is", "aren't": "are", "wasn't": "was", "weren't": "were", "doesn't": "does", "don't": "do",
-              "didn't": "did", "hasn't": "has", "haven't": "have", "hadn't": "had", "can't": "can", "cannot": "can",
-              "couldn't": "could", "shouldn't": "should", "won't": "will", "wouldn't": "would", "mustn't": "must"}
-DETERMINERS = frozenset({"the", "a", "an", "this", "that", "these", "those", "any", "some", "every", "each", "no",
-                         "my", "your", "his", "her", "its", "our", "their", "another", "either", "neither", "all", "both"})
-PRONOUNS = frozenset({"it", "they", "he", "she", "you", "we", "i", "there", "someone", "somebody", "anyone", "anybody",
-                      "everyone", "everybody", "something", "anything", "everything", "nothing", "nobody", "one"})
+CONTRACTED = {
+    "isn't": "is",
+    "aren't": "are",
+    "wasn't": "was",
+    "weren't": "were",
+    "doesn't": "does",
+    "don't": "do",
+    "didn't": "did",
+    "hasn't": "has",
+    "haven't": "have",
+    "hadn't": "had",
+    "can't": "can",
+    "cannot": "can",
+    "couldn't": "could",
+    "shouldn't": "should",
+    "won't": "will",
+    "wouldn't": "would",
+    "mustn't": "must",
+}
+DETERMINERS = frozenset(
+    {
+        "the",
+        "a",
+        "an",
+        "this",
+        "that",
+        "these",
+        "those",
+        "any",
+        "some",
+        "every",
+        "each",
+        "no",
+        "my",
+        "your",
+        "his",
+        "her",
+        "its",
+        "our",
+        "their",
+        "another",
+        "either",
+        "neither",
+        "all",
+        "both",
+    }
+)
+PRONOUNS = frozenset(
+    {
+        "it",
+        "they",
+        "he",
+        "she",
+        "you",
+        "we",
+        "i",
+        "there",
+        "someone",
+        "somebody",
+        "anyone",
+        "anybody",
+        "everyone",
+        "everybody",
+        "something",
+        "anything",
+        "everything",
+        "nothing",
+        "nobody",
+        "one",
+    }
+)
 # Words that start what follows a noun phrase, never continue it: they mark where a subject ends.
-PREPOSITIONS = frozenset({"about", "above", "after", "against", "along", "among", "around", "as", "at", "before",
-                          "behind", "below", "beside", "between", "beyond", "by", "during", "except", "for", "from",
-                          "in", "inside", "into", "like", "near", "of", "off", "on", "onto", "out", "outside", "over",
-                          "past", "since", "through", "to", "toward", "towards", "under", "until", "up", "upon",
-                          "with", "within", "without"})
+PREPOSITIONS = frozenset(
+    {
+        "about",
+        "above",
+        "after",
+        "against",
+        "along",
+        "among",
+        "around",
+        "as",
+        "at",
+        "before",
+        "behind",
+        "below",
+        "beside",
+        "between",
+        "beyond",
+        "by",
+        "during",
+        "except",
+        "for",
+        "from",
+        "in",
+        "inside",
+        "into",
+        "like",
+        "near",
+        "of",
+        "off",
+        "on",
+        "onto",
+        "out",
+        "outside",
+        "over",
+        "past",
+        "since",
+        "through",
+        "to",
+        "toward",
+        "towards",
+        "under",
+        "until",
+        "up",
+        "upon",
+        "with",
+        "within",
+        "without",
+    }
+)
 NEGATORS = frozenset({"not", "never"})
 DEMONSTRATIVES = frozenset({"this", "that", "these", "those"})
-ADVERBS = frozenset({"already", "still", "yet", "really", "actually", "currently", "now", "ever", "also", "just",
-                     "clearly", "explicitly", "likely", "probably", "even", "only", "always", "often", "again"})
+ADVERBS = frozenset(
+    {
+        "already",
+        "still",
+        "yet",
+        "really",
+        "actually",
+        "currently",
+        "now",
+        "ever",
+        "also",
+        "just",
+        "clearly",
+        "explicitly",
+        "likely",
+        "probably",
+        "even",
+        "only",
+        "always",
+        "often",
+        "again",
+    }
+)
 BOUNDARIES = DETERMINERS | PRONOUNS | PREPOSITIONS | NEGATORS | ADVERBS | {"if", "whether", "been", "being"}
 # Endings of participles, adverbs and nouns: a word ending so is not a verb's bare form.
 NOT_BARE_VERB = ("ing", "ed", "ly", "tion", "sion", "ment", "ness", "ity", "ance", "ence", "ude", "ship", "ism", "age")

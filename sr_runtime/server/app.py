@@ -105,7 +105,11 @@ def _read(rt: Runtime, request: HttpRequest, body: bytes) -> ClientRequest:
         # nesting past its depth as json_invalid and caps deadline_ms (decision 31); anything it
         # still misses is a bad body here, not a 500.
         log.warning("request unreadable", error=f"{type(exc).__name__}: {exc}")
-        message = "the body nests deeper than this server reads" if isinstance(exc, RecursionError) else "a number in the body is too large to read"
+        message = (
+            "the body nests deeper than this server reads"
+            if isinstance(exc, RecursionError)
+            else "a number in the body is too large to read"
+        )
         raise ValidationFailed([DetailItem(("body",), f"JSON decode error: {message}", "json_invalid")]) from None
 
 
@@ -118,7 +122,9 @@ def _deadline_ms(given: int | None, headers: Any) -> int | None:
     return min((d for d in (given, left) if d is not None), default=None)
 
 
-async def _answered(request: HttpRequest, scheduler: Scheduler, plan: EnginePlan, deadline_ms: int | None, arrived: float) -> Outcome | None:
+async def _answered(
+    request: HttpRequest, scheduler: Scheduler, plan: EnginePlan, deadline_ms: int | None, arrived: float
+) -> Outcome | None:
     """The engine's outcome; if the deadline passes or the client goes away first, the job is
     abandoned (its requests not yet run never run) and the caller answers 504 or nothing."""
     if not plan.requests:
@@ -129,7 +135,11 @@ async def _answered(request: HttpRequest, scheduler: Scheduler, plan: EnginePlan
     gone = asyncio.ensure_future(_disconnected(request.receive))
     why = "client_closed"  # also when this task is cancelled: the server is stopping under it
     try:
-        done, _ = await asyncio.wait((answer, gone), timeout=None if deadline is None else max(0.0, deadline - time.monotonic()), return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            (answer, gone),
+            timeout=None if deadline is None else max(0.0, deadline - time.monotonic()),
+            return_when=asyncio.FIRST_COMPLETED,
+        )
         if answer in done:
             why = ""
             try:
@@ -138,11 +148,16 @@ async def _answered(request: HttpRequest, scheduler: Scheduler, plan: EnginePlan
                 # The scheduler ended the job at its deadline before this timer fired (between
                 # slices, or at the engine's next pass): the client is told whose deadline it was
                 # all the same.
-                raise DeadlineExceeded(f"{_deadline_source(deadline_ms, request)} passed before the model answered", reason="deadline_exceeded") from None
+                raise DeadlineExceeded(
+                    f"{_deadline_source(deadline_ms, request)} passed before the model answered",
+                    reason="deadline_exceeded",
+                ) from None
         if gone in done:
             raise ClientDisconnect()
         why = "deadline"
-        raise DeadlineExceeded(f"{_deadline_source(deadline_ms, request)} passed before the model answered", reason="deadline_exceeded")
+        raise DeadlineExceeded(
+            f"{_deadline_source(deadline_ms, request)} passed before the model answered", reason="deadline_exceeded"
+        )
     finally:
         gone.cancel()
         if why:
@@ -292,7 +307,9 @@ def engine_loader(settings: ServerSettings) -> Loader:
     return load
 
 
-def create_app(settings: ServerSettings, load: Loader | None = None, on_failure: Callable[[str], None] | None = None) -> Starlette:
+def create_app(
+    settings: ServerSettings, load: Loader | None = None, on_failure: Callable[[str], None] | None = None
+) -> Starlette:
     """The app; its lifespan starts loading the model (``load``, else the settings' model)."""
 
     @asynccontextmanager

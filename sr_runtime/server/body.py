@@ -92,13 +92,23 @@ async def _multipart(data: bytes, headers: Headers) -> Body:
     try:
         for name, value in form.multi_items():
             if name in parts:
-                raise ValidationFailed([DetailItem(("body", name), f"the multipart body has two parts named {name!r}", "value_error")])
+                raise ValidationFailed(
+                    [DetailItem(("body", name), f"the multipart body has two parts named {name!r}", "value_error")]
+                )
             parts[name] = await value.read() if isinstance(value, UploadFile) else bytes(value)  # type: ignore[arg-type]  # _PartsAsSent's bytes
     finally:
         await form.close()
     request = parts.pop(REQUEST_PART, None)
     if request is None:
-        raise ValidationFailed([DetailItem(("body", REQUEST_PART), "a multipart body needs a part named 'request' holding the JSON request", "missing")])
+        raise ValidationFailed(
+            [
+                DetailItem(
+                    ("body", REQUEST_PART),
+                    "a multipart body needs a part named 'request' holding the JSON request",
+                    "missing",
+                )
+            ]
+        )
     return Body(request, parts, multipart=True)
 
 

@@ -107,10 +107,14 @@ def to_engine(ir: Request | Batch, card: ModelCard, parts: Mapping[str, bytes] |
     """``parts`` are a multipart body's uploaded assets by part name."""
     budget = _int_option(ir.options, "max_tokens")
     meta = ir.options is not None and ir.options.get("return_meta") is True
-    return EnginePlan({name: _item(r, card, ir.long_context or r.long_context, budget, meta, parts or {}) for name, r in items(ir)})
+    return EnginePlan(
+        {name: _item(r, card, ir.long_context or r.long_context, budget, meta, parts or {}) for name, r in items(ir)}
+    )
 
 
-def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None, meta: bool, parts: Mapping[str, bytes]) -> ItemPlan:
+def _item(
+    r: Request, card: ModelCard, long_context: bool, budget: int | None, meta: bool, parts: Mapping[str, bytes]
+) -> ItemPlan:
     media = _media_failure(r, card)  # a model that cannot read the media never decodes them
     assets: dict[str, Media] = {}
     if media is None:
@@ -136,11 +140,15 @@ def _item(r: Request, card: ModelCard, long_context: bool, budget: int | None, m
     if questions:
         state = plain(r.state)
         roles = r.roles.of(state) if r.roles.mode != "none" and isinstance(state, dict) else None
-        request = DecisionRequest(state, tuple(questions), roles=roles, long_context=long_context, media=assets, lead=r.media)
+        request = DecisionRequest(
+            state, tuple(questions), roles=roles, long_context=long_context, media=assets, lead=r.media
+        )
     full = frozenset(q_id for q_id, q in r.questions.items() if q.extensions.get("require_full_input") is True)
     if request is not None:  # the engine's index of each question that may read the state's first tokens only
         answered = [q_id for q_id in ids if q_id not in failures]
-        cut = frozenset(i for i, q_id in enumerate(answered) if r.questions[q_id].extensions.get("overflow") == "truncate")
+        cut = frozenset(
+            i for i, q_id in enumerate(answered) if r.questions[q_id].extensions.get("overflow") == "truncate"
+        )
         request = replace(request, truncate=cut) if cut else request
     return ItemPlan(ids, request, failures, full, budget, meta)
 
@@ -156,13 +164,19 @@ def _assets(r: Request, parts: Mapping[str, bytes]) -> tuple[dict[str, Media], F
         part = members.get("part")
         if part is not None:  # the standard: with part set, data_base64 is ignored
             if part not in parts:
-                return {}, Failure("invalid_input", "invalid_asset", f"asset {placeholder!r} names the multipart part {part!r}, and the body has none")
+                return {}, Failure(
+                    "invalid_input",
+                    "invalid_asset",
+                    f"asset {placeholder!r} names the multipart part {part!r}, and the body has none",
+                )
             data = parts[part]
         else:
             try:
                 data = base64.b64decode(str(members.get("data_base64", "")), validate=True)
             except binascii.Error:
-                return {}, Failure("invalid_input", "invalid_asset", f"asset {placeholder!r}: data_base64 is not base64")
+                return {}, Failure(
+                    "invalid_input", "invalid_asset", f"asset {placeholder!r}: data_base64 is not base64"
+                )
         fmt = members.get("format")
         out[placeholder] = Media(asset.type, data, None if fmt is None else str(fmt))  # type: ignore[arg-type]
     return out, None
@@ -174,7 +188,11 @@ def _no_media_in(q: Question, assets: Mapping[str, Any]) -> None:
     inside = sorted(p for p in assets if any(p in t for t in texts))
     if inside:
         raise _Refused(
-            Failure("invalid_question", "media_in_question", f"this model reads media in the state only, not {', '.join(inside)} in the question")
+            Failure(
+                "invalid_question",
+                "media_in_question",
+                f"this model reads media in the state only, not {', '.join(inside)} in the question",
+            )
         )
 
 
@@ -183,23 +201,41 @@ def _media_failure(r: Request, card: ModelCard) -> Failure | None:
     if not kinds:
         return None
     reads = ", ".join(card.modalities)
-    return Failure("invalid_input", "unsupported_media", f"this model reads {reads} only; the request carries {' and '.join(kinds)} assets")
+    return Failure(
+        "invalid_input",
+        "unsupported_media",
+        f"this model reads {reads} only; the request carries {' and '.join(kinds)} assets",
+    )
 
 
 def _engine_question(q: Question, card: ModelCard) -> EngineQuestion:
     """The engine's form of one IR question; _Refused when this model cannot take it."""
     if q.type not in card.question_types:
         types = ", ".join(card.question_types)
-        raise _Refused(Failure("invalid_question", "unsupported_question_type", f"this model answers {types} questions, not {q.type}"))
+        raise _Refused(
+            Failure(
+                "invalid_question", "unsupported_question_type", f"this model answers {types} questions, not {q.type}"
+            )
+        )
     for name in q.extensions:
         if name in REFUSED_FIELDS:
-            raise _Refused(Failure("invalid_question", "unsupported_field", f"this model does not take {name}: it {REFUSED_FIELDS[name]}"))
+            raise _Refused(
+                Failure(
+                    "invalid_question",
+                    "unsupported_field",
+                    f"this model does not take {name}: it {REFUSED_FIELDS[name]}",
+                )
+            )
     instructions, criteria = q.instructions, q.criteria
     if q.preset_only:  # a 4.0 preset-only question: only a model trained on the preset can answer it
         if q.preset not in card.presets:
             trained = ", ".join(card.presets) or "none"
             raise _Refused(
-                Failure("invalid_question", "unsupported_preset", f"this model has no head trained on preset {q.preset!r} (its presets: {trained}), and the question has no instructions or criteria of its own")
+                Failure(
+                    "invalid_question",
+                    "unsupported_preset",
+                    f"this model has no head trained on preset {q.preset!r} (its presets: {trained}), and the question has no instructions or criteria of its own",
+                )
             )
         preset = PRESETS[q.preset or ""]
         instructions, criteria = preset["instructions"], preset.get("criteria", MISSING)
@@ -240,7 +276,13 @@ def _int_option(options: Mapping[str, Any] | None, name: str) -> int | None:
 # ---------------------------------------------------------------------------- engine -> IR
 
 
-def to_reply(plan: EnginePlan, results: Sequence[Result], model: str, extras: Mapping[str, Any] | None = None, legacy: bool = False) -> Reply:
+def to_reply(
+    plan: EnginePlan,
+    results: Sequence[Result],
+    model: str,
+    extras: Mapping[str, Any] | None = None,
+    legacy: bool = False,
+) -> Reply:
     """``results`` answer ``plan.requests`` in order; ``extras`` go beside each response (meta).
 
     ``legacy``: the client speaks vllm-sr/4.0, whose responses have no ``span_heads``.
@@ -253,16 +295,24 @@ def to_reply(plan: EnginePlan, results: Sequence[Result], model: str, extras: Ma
     return Reply(out, model)
 
 
-def _item_result(item: ItemPlan, result: Result | None, model: str, extras: Mapping[str, Any], legacy: bool) -> ItemResult:
+def _item_result(
+    item: ItemPlan, result: Result | None, model: str, extras: Mapping[str, Any], legacy: bool
+) -> ItemResult:
     tokens = result.usage.input_tokens if result is not None else 0
     over_budget = None
     if item.scan_budget is not None and tokens > item.scan_budget:
         over_budget = Failure(
-            "scan_budget_exceeded", "scan_budget_exceeded", f"the model read {tokens} tokens, over the scan budget options.max_tokens = {item.scan_budget}"
+            "scan_budget_exceeded",
+            "scan_budget_exceeded",
+            f"the model read {tokens} tokens, over the scan budget options.max_tokens = {item.scan_budget}",
         )
     partial = None
     if result is not None and not result.complete:
-        partial = Failure("invalid_input", "partial_input", "a video is read as the model's sample of its frames, not every frame, so the whole input was not read")
+        partial = Failure(
+            "invalid_input",
+            "partial_input",
+            "a video is read as the model's sample of its frames, not every frame, so the whole input was not read",
+        )
     engine_answers = iter(enumerate(result.answers if result is not None else ()))
     truncated = result.truncated if result is not None else frozenset()
     answers: list[tuple[str, Any]] = []
@@ -279,13 +329,22 @@ def _item_result(item: ItemPlan, result: Result | None, model: str, extras: Mapp
         if partial is not None and q_id in item.full_input and not isinstance(answer, Failure):
             answer = partial
         if cut and q_id in item.full_input and not isinstance(answer, Failure):
-            answer = Failure("invalid_input", "partial_input", "overflow: truncate read only the state's first tokens, so the whole input was not read")
+            answer = Failure(
+                "invalid_input",
+                "partial_input",
+                "overflow: truncate read only the state's first tokens, so the whole input was not read",
+            )
         answers.append((q_id, _answer_doc(q_id, kind, answer, q_id in item.full_input, cut)))
         if isinstance(answer, SetAnswer):
-            members["sets"].append((q_id, JsonObject([("probabilities", JsonObject(answer.probabilities)), ("selected", answer.selected)])))
+            members["sets"].append(
+                (q_id, JsonObject([("probabilities", JsonObject(answer.probabilities)), ("selected", answer.selected)]))
+            )
             members["thresholds"].append((q_id, answer.threshold))
             if answer.composite:  # each label also answers as a noul of its own (seed 002)
-                answers += [(f"{q_id}.{label}", JsonObject([("type", "noul"), ("noul", p)])) for label, p in answer.probabilities]
+                answers += [
+                    (f"{q_id}.{label}", JsonObject([("type", "noul"), ("noul", p)]))
+                    for label, p in answer.probabilities
+                ]
         elif isinstance(answer, SpanAnswer):
             members["spans"].append((q_id, tuple(_span_doc(span) for span in answer.spans)))
             members["thresholds"].append((q_id, answer.threshold))
@@ -302,14 +361,24 @@ def _item_result(item: ItemPlan, result: Result | None, model: str, extras: Mapp
 
 
 def _span_doc(span: Span) -> JsonObject:
-    return JsonObject([("label", span.label), ("start", span.start), ("end", span.end), ("text", span.text), ("probability", span.probability)])
+    return JsonObject(
+        [
+            ("label", span.label),
+            ("start", span.start),
+            ("end", span.end),
+            ("text", span.text),
+            ("probability", span.probability),
+        ]
+    )
 
 
 def _box_doc(box: Box) -> JsonObject:
     return JsonObject([("top", box.top), ("bottom", box.bottom), ("left", box.left), ("right", box.right)])
 
 
-def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, full_input: bool, cut: bool = False) -> JsonObject:
+def _answer_doc(
+    q_id: str, kind: str, answer: Answer | QuestionError | Failure, full_input: bool, cut: bool = False
+) -> JsonObject:
     if isinstance(answer, QuestionError):
         answer = Failure(answer.code, answer.reason or REASONS.get(answer.code, answer.code), answer.message)
     if isinstance(answer, Failure):
@@ -321,7 +390,11 @@ def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, 
         if answer.abstain_probability is not None:
             members.append(("abstain_probability", answer.abstain_probability))
     elif isinstance(answer, ChoiceAnswer):
-        members += [("choice", answer.choice), ("probabilities", JsonObject(answer.probabilities)), ("confidence", answer.confidence)]
+        members += [
+            ("choice", answer.choice),
+            ("probabilities", JsonObject(answer.probabilities)),
+            ("confidence", answer.confidence),
+        ]
         if answer.abstain_probability is not None:
             members.append(("abstain_probability", answer.abstain_probability))
     elif isinstance(answer, ScoreAnswer):
@@ -336,7 +409,10 @@ def _answer_doc(q_id: str, kind: str, answer: Answer | QuestionError | Failure, 
     elif isinstance(answer, BoxAnswer):
         members += [("box", _box_doc(answer.box)), ("confidence", answer.confidence)]
     elif isinstance(answer, TrackAnswer):
-        members += [("track", tuple(JsonObject([("at", at), ("box", _box_doc(box))]) for at, box in answer.track)), ("confidence", answer.confidence)]
+        members += [
+            ("track", tuple(JsonObject([("at", at), ("box", _box_doc(box))]) for at, box in answer.track)),
+            ("confidence", answer.confidence),
+        ]
     # set and span answers are in the response's sets and spans, beside the answers (seed 002)
     if cut:  # overflow: truncate read the state's first tokens only
         members.append(("input_coverage", "partial"))

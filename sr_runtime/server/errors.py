@@ -42,7 +42,9 @@ class UnknownModel(ProtocolError):
     reason = "unknown_model"
 
     def __init__(self, model: str, served: str) -> None:
-        super().__init__(f"Unknown model: {model} (this server serves {served!r}; 'jev-latest' or no model also mean it)")
+        super().__init__(
+            f"Unknown model: {model} (this server serves {served!r}; 'jev-latest' or no model also mean it)"
+        )
 
 
 class UnsupportedEncoding(ProtocolError):
@@ -74,7 +76,9 @@ class Overloaded(ProtocolError):
     reason = "queue_full"
 
     def __init__(self, depth: int) -> None:
-        super().__init__(f"the server is overloaded: {depth} requests are waiting for the model", retry_after=RETRY_AFTER_S)
+        super().__init__(
+            f"the server is overloaded: {depth} requests are waiting for the model", retry_after=RETRY_AFTER_S
+        )
 
 
 def error_answer(codec: ListenerCodec, exc: BaseException, req: ClientRequest | None = None) -> HttpAnswer:
@@ -88,4 +92,6 @@ def error_answer(codec: ListenerCodec, exc: BaseException, req: ClientRequest | 
     # locals and all, on the event loop, and a deep recursion took it minutes, every other
     # request waiting behind it.
     log.error("internal error", error=repr(exc), exception="".join(traceback.format_exception(exc)))
-    return codec.answer_error(ProtocolError(f"internal error: {type(exc).__name__}", status=500, code="internal_error"), req)
+    return codec.answer_error(
+        ProtocolError(f"internal error: {type(exc).__name__}", status=500, code="internal_error"), req
+    )

@@ -27,18 +27,35 @@ class Metrics:
         self.shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR")  # a worker of several
         self.registry = CollectorRegistry()
         self.requests = Counter(
-            "vsr_runtime_requests", "HTTP requests answered, by endpoint and status.", ["endpoint", "status"], registry=self.registry
+            "vsr_runtime_requests",
+            "HTTP requests answered, by endpoint and status.",
+            ["endpoint", "status"],
+            registry=self.registry,
         )
         self.latency = Histogram(
-            "vsr_runtime_request_seconds", "Seconds from a request's arrival to its answer, by endpoint.", ["endpoint"],
-            buckets=_SECONDS, registry=self.registry,
+            "vsr_runtime_request_seconds",
+            "Seconds from a request's arrival to its answer, by endpoint.",
+            ["endpoint"],
+            buckets=_SECONDS,
+            registry=self.registry,
         )
-        self.queue_depth = Gauge("vsr_runtime_queue_depth", "Requests waiting for the engine.", registry=self.registry, multiprocess_mode="livesum")
+        self.queue_depth = Gauge(
+            "vsr_runtime_queue_depth",
+            "Requests waiting for the engine.",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
         self.pass_requests = Histogram(
-            "vsr_runtime_pass_requests", "Requests answered together in one engine call.", buckets=_COUNTS, registry=self.registry
+            "vsr_runtime_pass_requests",
+            "Requests answered together in one engine call.",
+            buckets=_COUNTS,
+            registry=self.registry,
         )
         self.pass_questions = Histogram(
-            "vsr_runtime_pass_questions", "Questions answered in one engine call.", buckets=_COUNTS, registry=self.registry
+            "vsr_runtime_pass_questions",
+            "Questions answered in one engine call.",
+            buckets=_COUNTS,
+            registry=self.registry,
         )
         self.pass_seconds = Histogram(
             "vsr_runtime_pass_seconds", "Seconds of one engine call.", buckets=_SECONDS, registry=self.registry
@@ -47,14 +64,20 @@ class Metrics:
             "vsr_runtime_dropped_requests",
             "Requests (each of a batch counts one) dropped before the engine ran them, by why: "
             "deadline (it passed), client_closed (the client went away), shutting_down, failed.",
-            ["why"], registry=self.registry,
+            ["why"],
+            registry=self.registry,
         )
 
         self._watched: tuple[DecisionEngine, Callable[[], int]] | None = None
         self._cache_seen = {name: 0 for name in _CACHE_COUNTERS}
-        self._cache_counters = {
-            name: Counter(f"vsr_runtime_state_cache_{name}", what, registry=self.registry) for name, what in _CACHE_COUNTERS.items()
-        } if self.shared else {}
+        self._cache_counters = (
+            {
+                name: Counter(f"vsr_runtime_state_cache_{name}", what, registry=self.registry)
+                for name, what in _CACHE_COUNTERS.items()
+            }
+            if self.shared
+            else {}
+        )
 
     def engine_round(self, requests: int, questions: int, seconds: float) -> None:
         self.pass_requests.observe(requests)

@@ -50,7 +50,15 @@ def bind(host: str, port: int) -> socket.socket:
 
 def server_config(app: Any) -> uvicorn.Config:
     # uvloop and httptools: the event loop and HTTP parser in C (measured in docs/runtime/server.md).
-    return uvicorn.Config(app, loop="uvloop", http="httptools", log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5)
+    return uvicorn.Config(
+        app,
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
 
 
 def url_of(sock: socket.socket) -> str:
@@ -79,7 +87,14 @@ def serve(settings: ServerSettings) -> int:
         server.should_exit = True
 
     server = uvicorn.Server(server_config(create_app(settings, on_failure=stop)))
-    log.info("serving", model=name, schema=settings.schema, url=url_of(sock), auth=settings.api_key is not None, threads=None if threads is None else f"{threads.light}-{threads.heavy}")
+    log.info(
+        "serving",
+        model=name,
+        schema=settings.schema,
+        url=url_of(sock),
+        auth=settings.api_key is not None,
+        threads=None if threads is None else f"{threads.light}-{threads.heavy}",
+    )
     server.run(sockets=[sock])
     if failed:
         raise CheckpointError(failed[0])

@@ -97,5 +97,7 @@ class Runtime:
         self.model = ServedModel(engine.name, engine.card(), release_date)
         self.scheduler = scheduler
         self.status = Status.READY
-        log.info("model ready", model=engine.name, schema=self.settings.schema, load_s=round(time.monotonic() - started, 2))
+        log.info(
+            "model ready", model=engine.name, schema=self.settings.schema, load_s=round(time.monotonic() - started, 2)
+        )
         self._loaded.set()

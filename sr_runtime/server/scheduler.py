@@ -180,7 +180,12 @@ class Scheduler:
         for job in list(self._waiting):
             if job.deadline is not None and job.deadline <= now:
                 self._drop(job, "deadline")
-                _fail(job, DeadlineExceeded("options.deadline_ms passed before the model finished", reason="deadline_exceeded"))
+                _fail(
+                    job,
+                    DeadlineExceeded(
+                        "options.deadline_ms passed before the model finished", reason="deadline_exceeded"
+                    ),
+                )
             elif not job.future.running() and not job.future.set_running_or_notify_cancel():
                 self._drop(job, "client_closed")  # its caller cancelled before it ran
         taken: list[Slice] = []
@@ -231,7 +236,12 @@ class Scheduler:
                     self._drop(s.job, "deadline" if s.job.gone is None else None)
                     if self.on_dropped is not None:  # the slice in the engine never finished either
                         self.on_dropped(s.job.gone or "deadline", s.end - s.start)
-                    _fail(s.job, DeadlineExceeded("options.deadline_ms passed before the model finished", reason="deadline_exceeded"))
+                    _fail(
+                        s.job,
+                        DeadlineExceeded(
+                            "options.deadline_ms passed before the model finished", reason="deadline_exceeded"
+                        ),
+                    )
             return
         except Exception as exc:  # noqa: BLE001 - handed to the caller, who maps it to an answer
             if len(round_) > 1:  # one request's failure must not fail the others of its round
@@ -261,7 +271,9 @@ class Scheduler:
                 if job.gone is None and len(job.results) == len(job.requests):
                     self._jobs.pop(job.future, None)
                     if not job.future.done():
-                        job.future.set_result(Outcome(job.results, job.started - job.submitted, job.inference_s, job.round_requests))
+                        job.future.set_result(
+                            Outcome(job.results, job.started - job.submitted, job.inference_s, job.round_requests)
+                        )
 
 
 def _nobody_waits(round_: list[Slice]) -> bool:

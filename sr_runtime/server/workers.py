@@ -47,7 +47,10 @@ def serve_workers(settings: ServerSettings, sock: socket.socket, name: str) -> i
         os.environ[METRICS_DIR] = tempfile.mkdtemp(prefix="vllm-srun-metrics-")
     context = multiprocessing.get_context("spawn")
     reports: Any = context.Queue()
-    workers = [context.Process(target=_worker, args=(settings, sock, i, reports), name=f"vllm-srun-{i}") for i in range(settings.workers)]
+    workers = [
+        context.Process(target=_worker, args=(settings, sock, i, reports), name=f"vllm-srun-{i}")
+        for i in range(settings.workers)
+    ]
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -57,7 +60,15 @@ def serve_workers(settings: ServerSettings, sock: socket.socket, name: str) -> i
         if failure is not None:
             raise CheckpointError(failure)
         threads = math_threads(settings)
-        log.info("serving", model=name, schema=settings.schema, url=url_of(sock), auth=settings.api_key is not None, workers=settings.workers, threads=None if threads is None else threads.light)
+        log.info(
+            "serving",
+            model=name,
+            schema=settings.schema,
+            url=url_of(sock),
+            auth=settings.api_key is not None,
+            workers=settings.workers,
+            threads=None if threads is None else threads.light,
+        )
         while not stop.wait(0.5):
             if not all(w.is_alive() for w in workers):
                 log.error("a worker stopped; stopping the others", exit_codes=[w.exitcode for w in workers])

@@ -17,12 +17,19 @@ def test_the_registry_holds_seed_000s_table() -> None:
         "responses": (("/v1/responses",), None, None, ()),
         "messages": (("/v1/messages",), None, None, ()),
         "images": (("/v1/images/*",), None, None, ()),
-        "systemone": (("/v1/systemone", "/v1/systemone/batch", "/v1/decisions"), "vllm-sr/5.0", "systemone/0.2", ("vllm-sr/4.0",)),
+        "systemone": (
+            ("/v1/systemone", "/v1/systemone/batch", "/v1/decisions"),
+            "vllm-sr/5.0",
+            "systemone/0.2",
+            ("vllm-sr/4.0",),
+        ),
     }
     assert LLM_APIS == ("chat_completions", "responses", "messages", "images")
 
 
-@pytest.mark.parametrize("alias,name", [("openai", "chat_completions"), ("anthropic", "messages"), ("systemone", "systemone")])
+@pytest.mark.parametrize(
+    "alias,name", [("openai", "chat_completions"), ("anthropic", "messages"), ("systemone", "systemone")]
+)
 def test_aliases_resolve_wherever_a_name_appears(alias: str, name: str) -> None:
     assert REGISTRY.canonical(alias) == name
     assert REGISTRY.get(alias).name == name
@@ -32,7 +39,10 @@ def test_aliases_resolve_wherever_a_name_appears(alias: str, name: str) -> None:
 def test_an_unknown_name_lists_the_supported_ones() -> None:
     with pytest.raises(UnknownApiError) as err:
         REGISTRY.get("grpc")
-    assert str(err.value) == "unknown API 'grpc' (supported: chat_completions, responses, messages, images, systemone, openai, anthropic)"
+    assert (
+        str(err.value)
+        == "unknown API 'grpc' (supported: chat_completions, responses, messages, images, systemone, openai, anthropic)"
+    )
 
 
 def test_the_registry_cannot_be_changed() -> None:
@@ -64,7 +74,10 @@ def test_every_schema_an_api_names_is_registered() -> None:
 
 
 def test_schema_and_deviation_lookups_list_what_is_supported() -> None:
-    with pytest.raises(schemas.UnknownSchemaError, match=r"unknown schema 'x/1.0' \(supported: systemone/0.2, vllm-sr/4.0, vllm-sr/5.0\)"):
+    with pytest.raises(
+        schemas.UnknownSchemaError,
+        match=r"unknown schema 'x/1.0' \(supported: systemone/0.2, vllm-sr/4.0, vllm-sr/5.0\)",
+    ):
         schemas.schema("x/1.0")
     with pytest.raises(schemas.UnknownSchemaError, match=r"unknown deviation 'y' \(supported: state_text\)"):
         schemas.deviation("y")

@@ -13,7 +13,9 @@ CORPUS = ROOT / "tests" / "config" / "migrations"
 
 def _commands(help_text: str) -> dict[str, str]:
     section = help_text.split("Commands:", 1)[1]
-    return {l.split()[0]: l.split(None, 1)[1] for l in section.splitlines() if l.startswith("  ") and len(l.split()) > 1}
+    return {
+        l.split()[0]: l.split(None, 1)[1] for l in section.splitlines() if l.startswith("  ") and len(l.split()) > 1
+    }
 
 
 def test_help_lists_every_command_with_one_line_each(cli) -> None:  # type: ignore[no-untyped-def]
@@ -49,8 +51,12 @@ def test_validate_json_output(cli, tmp_path: Path) -> None:  # type: ignore[no-u
     assert files[0] == {"path": str(ROOT / "examples" / "router.yaml"), "valid": True, "errors": [], "warnings": []}
     assert files[1]["valid"] is False
     assert files[1]["errors"] == [
-        {"line": 3, "column": 31, "path": "listeners[0].apis.grpc",
-         "message": "unknown API 'grpc' (supported: chat_completions, responses, messages, images, systemone, openai, anthropic)"}
+        {
+            "line": 3,
+            "column": 31,
+            "path": "listeners[0].apis.grpc",
+            "message": "unknown API 'grpc' (supported: chat_completions, responses, messages, images, systemone, openai, anthropic)",
+        }
     ]
 
 

@@ -19,7 +19,9 @@ def route_config(resources: Resources, listener: str) -> dict[str, Any]:
     return plain(to_dict(resources.named(ROUTE)[f"route/{listener}"].message))
 
 
-def route_for(resources: Resources, listener: str, path: str, method: str = "POST", headers: frozenset[str] = frozenset()) -> dict[str, Any]:
+def route_for(
+    resources: Resources, listener: str, path: str, method: str = "POST", headers: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """The first route that matches, as Envoy matches them (path, prefix, :method, the presence
     of ``headers``: a client's request has no routing header, only the sidecar sets one)."""
     for route in route_config(resources, listener)["virtual_hosts"][0]["routes"]:

@@ -22,6 +22,8 @@ def vllm_sr(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: py
         main()
     out = capsys.readouterr()
     return int(exit_.value.code or 0), out.out + out.err
+
+
 FILES = ["bootstrap.yaml", "clusters.yaml", "envoy-static.yaml", "listeners.yaml", "routes.yaml", "sidecar.yaml"]
 
 
@@ -48,12 +50,17 @@ def test_settings_reach_the_bootstrap(tmp_path: Path) -> None:
     assert boot["dynamic_resources"]["ads_config"]["api_type"] == "DELTA_GRPC"
     (xds,) = boot["static_resources"]["clusters"]
     assert xds["type"] == "STRICT_DNS"
-    assert xds["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"] == {"address": "xds.vsr.svc", "port_value": 18000}
+    assert xds["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"] == {
+        "address": "xds.vsr.svc",
+        "port_value": 18000,
+    }
     assert boot["admin"]["address"]["socket_address"]["port_value"] == 9911
 
 
 def test_json_output_gives_versions_per_type(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["config", "compile", str(GOLDEN / "aliases.yaml"), "-o", str(tmp_path), "--format", "json"])
+    result = runner.invoke(
+        app, ["config", "compile", str(GOLDEN / "aliases.yaml"), "-o", str(tmp_path), "--format", "json"]
+    )
     out = json.loads(result.output)
     assert set(out["types"]) == {"clusters", "listeners", "routes", "sidecar"}
     assert out["types"]["listeners"]["count"] == 1
@@ -78,7 +85,9 @@ def test_an_invalid_config_exits_1_naming_file_line_and_field(tmp_path: Path, ca
 
 def test_a_config_that_cannot_compile_exits_1(tmp_path: Path) -> None:
     bad = tmp_path / "mixed.yaml"
-    bad.write_text("version: 2\nproviders:\n  models:\n    - {name: m, endpoints: ['http://a:1/v1', 'https://b:1/v1']}\n")
+    bad.write_text(
+        "version: 2\nproviders:\n  models:\n    - {name: m, endpoints: ['http://a:1/v1', 'https://b:1/v1']}\n"
+    )
     result = runner.invoke(app, ["config", "compile", str(bad), "-o", str(tmp_path / "out")])
     assert result.exit_code == 1
     assert "providers.models[0].endpoints: endpoints mix http and https" in result.output
@@ -91,6 +100,8 @@ def test_a_missing_file_exits_2(tmp_path: Path, capsys, monkeypatch) -> None:  #
 
 
 def test_a_bad_address_exits_2(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["config", "compile", str(GOLDEN / "aliases.yaml"), "-o", str(tmp_path), "--sidecar", "nowhere"])
+    result = runner.invoke(
+        app, ["config", "compile", str(GOLDEN / "aliases.yaml"), "-o", str(tmp_path), "--sidecar", "nowhere"]
+    )
     assert result.exit_code == 2
     assert "HOST:PORT" in result.output

@@ -59,7 +59,10 @@ def test_an_https_endpoint_gets_tls_with_sni_from_the_host(resources) -> None:  
 def test_a_model_with_several_endpoints_is_one_cluster_of_several_hosts(resources) -> None:  # type: ignore[no-untyped-def]
     pair = cluster(resources, "provider/pair")
     assert pair["type"] == "STATIC"
-    hosts = [e["endpoint"]["address"]["socket_address"]["address"] for e in pair["load_assignment"]["endpoints"][0]["lb_endpoints"]]
+    hosts = [
+        e["endpoint"]["address"]["socket_address"]["address"]
+        for e in pair["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    ]
     assert hosts == ["10.0.0.1", "10.0.0.2"]
 
 
@@ -82,7 +85,9 @@ def test_the_sidecar_is_an_http2_cluster_at_its_setting(resources) -> None:  # t
 
 def test_a_sidecar_on_a_unix_socket() -> None:
     resources = compile_text(CONFIG, Settings(sidecar=Address.parse("unix:/run/vsr/extproc.sock")))
-    address = cluster(resources, "vsr/sidecar")["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
+    address = cluster(resources, "vsr/sidecar")["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"][
+        "address"
+    ]
     assert address == {"pipe": {"path": "/run/vsr/extproc.sock"}}
 
 

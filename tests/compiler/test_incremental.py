@@ -33,7 +33,9 @@ def compiled(recompile: Recompiler | None, config) -> Resources | str:  # type: 
 def test_a_recompile_after_each_edit_equals_the_whole_compile(texts: list[str]) -> None:
     recompiler, reader = Recompiler(), Rereader()
     for text in texts:
-        report = validate_text(text, FILE, reader=reader)  # the reload path: the same model objects for unchanged entries
+        report = validate_text(
+            text, FILE, reader=reader
+        )  # the reload path: the same model objects for unchanged entries
         if report.config is None:
             continue
         got, want = compiled(recompiler, report.config), compiled(None, load_text(text, FILE))
@@ -54,7 +56,10 @@ deployments:
 pools:
   vllm-sr/auto: {members: [d3]}
 listeners:
-""" + "".join(f"  - {{name: l{i}, port: {9000 + i}, apis: {{chat_completions: {{}}{', systemone: {}' if i % 2 else ''}}}}}\n" for i in range(20))
+""" + "".join(
+    f"  - {{name: l{i}, port: {9000 + i}, apis: {{chat_completions: {{}}{', systemone: {}' if i % 2 else ''}}}}}\n"
+    for i in range(20)
+)
 
 
 def test_a_one_listener_edit_builds_that_listener_alone() -> None:
@@ -76,11 +81,19 @@ def test_a_deployment_edit_builds_its_cluster_and_the_listeners_that_reach_it() 
 def test_a_compile_error_is_the_whole_compiles_and_leaves_the_last_good_units() -> None:
     recompiler = Recompiler()
     good = recompiler.compile(load_text(LISTENERS))
-    bad = load_text(LISTENERS.replace('endpoints: ["http://127.0.0.1:9/v1"]', 'endpoints: ["http://127.0.0.1:9/v1", "https://127.0.0.2:9/v1"]'))
+    bad = load_text(
+        LISTENERS.replace(
+            'endpoints: ["http://127.0.0.1:9/v1"]', 'endpoints: ["http://127.0.0.1:9/v1", "https://127.0.0.2:9/v1"]'
+        )
+    )
     with pytest.raises(CompileError) as whole:
         compile(bad)
     with pytest.raises(CompileError) as again:
         recompiler.compile(bad)
-    assert str(again.value) == str(whole.value) == "providers.models[0].endpoints: endpoints mix http and https; one model's endpoints share a scheme"
+    assert (
+        str(again.value)
+        == str(whole.value)
+        == "providers.models[0].endpoints: endpoints mix http and https; one model's endpoints share a scheme"
+    )
     assert recompiler.compile(load_text(LISTENERS)).version == good.version
     assert recompiler.built == 0

@@ -31,7 +31,10 @@ def mappers(name: str) -> list[dict[str, Any]]:
 
 
 def body(mapper: dict[str, Any]) -> dict[str, Any]:
-    assert mapper["body_format_override"] == {"text_format_source": {"inline_string": "%LOCAL_REPLY_BODY%"}, "content_type": "application/json"}
+    assert mapper["body_format_override"] == {
+        "text_format_source": {"inline_string": "%LOCAL_REPLY_BODY%"},
+        "content_type": "application/json",
+    }
     return json.loads(mapper["body"]["inline_string"])  # type: ignore[no-any-return]
 
 
@@ -44,7 +47,11 @@ def test_every_envoy_reply_is_mapped_to_the_5_0_error_form_only_when_envoy_made_
         assert "!('content-type' in response.headers)" in expression
         assert (f"response.code == {reply.status}" if reply.status else "response.code >= 400") in expression
         doc = body(mapper)
-        assert doc["code"] == reply.code and doc["detail"] == {"error_type": reply.error_type, "message": reply.message} and "error" not in doc
+        assert (
+            doc["code"] == reply.code
+            and doc["detail"] == {"error_type": reply.error_type, "message": reply.message}
+            and "error" not in doc
+        )
 
 
 def test_a_4_0_listener_also_gets_4_0s_error_object() -> None:
@@ -64,13 +71,15 @@ def test_413_states_the_limit_and_503_the_retry() -> None:
 def test_a_system_one_path_takes_post_only(method: str) -> None:
     for path in ("/v1/systemone", "/v1/systemone/batch", "/v1/decisions"):
         status, doc = local_reply(route_for(compile_text(CONFIG), "v50", path, method=method))
-        assert status == 405 and doc["code"] == "method_not_allowed" and f"{path} takes POST" == doc["detail"]["message"]
+        assert (
+            status == 405 and doc["code"] == "method_not_allowed" and f"{path} takes POST" == doc["detail"]["message"]
+        )
         assert "direct_response" not in route_for(compile_text(CONFIG), "v50", path, method="POST")
 
 
 def test_the_errors_doc_lists_every_status_and_code_envoy_answers_with() -> None:
     text = (ROOT / "docs" / "systemone" / "errors.md").read_text()
-    section = text[text.index("## Errors Envoy answers itself"):]
+    section = text[text.index("## Errors Envoy answers itself") :]
     rows = dict(re.findall(r"^\| (\d{3}) \| `([a-z_]+)`", section, re.M))
     assert rows == {str(r.status): r.code for r in ENVOY_REPLIES}
     assert f"`{OTHER.code}`" in section

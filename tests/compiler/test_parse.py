@@ -122,12 +122,39 @@ TIMESTAMP_URL = "type.googleapis.com/google.protobuf.Timestamp"
         ({"lb_policy": 99}, Cluster),  # open enums keep unknown numbers
         ({"lb_policy": "NOPE"}, Cluster),
         ({"timeout": "1.5s", "interval": 5}, health_check_pb2.HealthCheck),  # a Duration is a string
-        ({"metadata": {"filter_metadata": {"a": {"x": [1, "b", None, {"c": True}]}}}}, Cluster),  # Struct, Value, ListValue
-        ({"typed_extension_protocol_options": {"t": {"@type": TIMESTAMP_URL, "value": "2026-01-01T00:00:00Z"}}}, Cluster),
+        (
+            {"metadata": {"filter_metadata": {"a": {"x": [1, "b", None, {"c": True}]}}}},
+            Cluster,
+        ),  # Struct, Value, ListValue
+        (
+            {"typed_extension_protocol_options": {"t": {"@type": TIMESTAMP_URL, "value": "2026-01-01T00:00:00Z"}}},
+            Cluster,
+        ),
         ({"typed_extension_protocol_options": {"t": {"@type": TIMESTAMP_URL, "value": "yesterday"}}}, Cluster),
-        ({"typed_extension_protocol_options": {"t": {"@type": "type.googleapis.com/google.protobuf.FieldMask", "value": "a.b,cD"}}}, Cluster),
-        ({"typed_extension_protocol_options": {"t": {"@type": "type.googleapis.com/google.protobuf.ListValue", "value": [1, "x"]}}}, Cluster),
-        ({"typed_extension_protocol_options": {"t": {"@type": "type.googleapis.com/google.protobuf.Value", "value": None}}}, Cluster),
+        (
+            {
+                "typed_extension_protocol_options": {
+                    "t": {"@type": "type.googleapis.com/google.protobuf.FieldMask", "value": "a.b,cD"}
+                }
+            },
+            Cluster,
+        ),
+        (
+            {
+                "typed_extension_protocol_options": {
+                    "t": {"@type": "type.googleapis.com/google.protobuf.ListValue", "value": [1, "x"]}
+                }
+            },
+            Cluster,
+        ),
+        (
+            {
+                "typed_extension_protocol_options": {
+                    "t": {"@type": "type.googleapis.com/google.protobuf.Value", "value": None}
+                }
+            },
+            Cluster,
+        ),
         ({"typed_extension_protocol_options": {"t": {}}}, Cluster),  # an empty Any
         ({"typed_extension_protocol_options": {"t": {"@type": TIMESTAMP_URL}}}, Cluster),
         ({"typed_extension_protocol_options": {"t": {"@type": 5}}}, Cluster),
@@ -137,7 +164,9 @@ TIMESTAMP_URL = "type.googleapis.com/google.protobuf.Timestamp"
         ({"name": 5}, Cluster),
     ],
 )
-def test_a_tricky_form_is_read_as_parse_dict_reads_it_or_refused(data: dict[str, Any], message_type: type[Message]) -> None:
+def test_a_tricky_form_is_read_as_parse_dict_reads_it_or_refused(
+    data: dict[str, Any], message_type: type[Message]
+) -> None:
     assert_agrees(data, message_type)
 
 
@@ -149,7 +178,9 @@ REFUSED_ON_PURPOSE = [({"load_assignment": ""}, Cluster), ({"load_assignment": [
 @pytest.mark.parametrize(("data", "message_type"), REFUSED_ON_PURPOSE)
 def test_a_message_that_is_not_a_mapping_is_refused(data: dict[str, Any], message_type: type[Message]) -> None:
     assert not isinstance(reference(data, message_type), Exception)
-    with pytest.raises(ProtoError, match=r"x\.load_assignment: a envoy\.config\.endpoint\.v3\.ClusterLoadAssignment is a mapping"):
+    with pytest.raises(
+        ProtoError, match=r"x\.load_assignment: a envoy\.config\.endpoint\.v3\.ClusterLoadAssignment is a mapping"
+    ):
         parse(data, message_type, "x")
 
 
@@ -162,11 +193,31 @@ def test_a_message_that_is_not_a_mapping_is_refused(data: dict[str, Any], messag
         ({"per_connection_buffer_limit_bytes": "lots"}, r"per_connection_buffer_limit_bytes"),
         ({"enable_reuse_port": 1}, r"listener/x\.enable_reuse_port: must be true or false, not 1"),
         (
-            {"filter_chains": [{"filters": [{"name": "hcm", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager", "stat_prefx": "a"}}]}]},
+            {
+                "filter_chains": [
+                    {
+                        "filters": [
+                            {
+                                "name": "hcm",
+                                "typed_config": {
+                                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                                    "stat_prefx": "a",
+                                },
+                            }
+                        ]
+                    }
+                ]
+            },
             r"listener/x\.filter_chains\[0\]\.filters\[0\]\.typed_config\.stat_prefx: .*HttpConnectionManager has no field",
         ),
-        ({"filter_chains": [{"filters": [{"name": "x", "typed_config": {"@type": "type.googleapis.com/no.Such"}}]}]}, r"unknown type 'type.googleapis.com/no.Such'"),
-        ({"address": {"socket_address": {"address": "a", "port_value": 1}, "pipe": {"path": "/p"}}}, r"a second value for oneof"),
+        (
+            {"filter_chains": [{"filters": [{"name": "x", "typed_config": {"@type": "type.googleapis.com/no.Such"}}]}]},
+            r"unknown type 'type.googleapis.com/no.Such'",
+        ),
+        (
+            {"address": {"socket_address": {"address": "a", "port_value": 1}, "pipe": {"path": "/p"}}},
+            r"a second value for oneof",
+        ),
     ],
 )
 def test_a_misfit_fails_in_python_naming_where(data: dict, message: str) -> None:  # type: ignore[type-arg]
@@ -176,19 +227,62 @@ def test_a_misfit_fails_in_python_naming_where(data: dict, message: str) -> None
 
 # -- generated inputs
 
-_INTS = frozenset({FieldDescriptor.CPPTYPE_INT32, FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT32, FieldDescriptor.CPPTYPE_UINT64})
+_INTS = frozenset(
+    {
+        FieldDescriptor.CPPTYPE_INT32,
+        FieldDescriptor.CPPTYPE_INT64,
+        FieldDescriptor.CPPTYPE_UINT32,
+        FieldDescriptor.CPPTYPE_UINT64,
+    }
+)
 _FLOATS = frozenset({FieldDescriptor.CPPTYPE_FLOAT, FieldDescriptor.CPPTYPE_DOUBLE})
 
 # Values of every JSON kind, including the ones proto3 JSON treats specially.
-_ODD = st.sampled_from([None, True, False, 0, 1, -1, 2**31, 2**64, 1.0, 2.5, -0.0, 1e39, float("inf"), float("nan"), "", "1", " 1", "1e3", "1.5", "NaN", "Infinity", "-Infinity", "nan", "true", "aGk=", "a-_b", "\ud7ff", [], {}])
+_ODD = st.sampled_from(
+    [
+        None,
+        True,
+        False,
+        0,
+        1,
+        -1,
+        2**31,
+        2**64,
+        1.0,
+        2.5,
+        -0.0,
+        1e39,
+        float("inf"),
+        float("nan"),
+        "",
+        "1",
+        " 1",
+        "1e3",
+        "1.5",
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "nan",
+        "true",
+        "aGk=",
+        "a-_b",
+        "\ud7ff",
+        [],
+        {},
+    ]
+)
 _TEXT = st.text(string.ascii_letters + string.digits + "_-./+=", max_size=8)
 
 
 def _scalar(f: FieldDescriptor) -> st.SearchStrategy[Any]:
     if f.cpp_type in _INTS:
-        typed: st.SearchStrategy[Any] = st.one_of(st.integers(-(2**65), 2**65), st.integers(-5, 5).map(str), st.floats(allow_nan=True))
+        typed: st.SearchStrategy[Any] = st.one_of(
+            st.integers(-(2**65), 2**65), st.integers(-5, 5).map(str), st.floats(allow_nan=True)
+        )
     elif f.cpp_type in _FLOATS:
-        typed = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(), st.floats(allow_nan=False).map(repr))
+        typed = st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True), st.integers(), st.floats(allow_nan=False).map(repr)
+        )
     elif f.cpp_type == FieldDescriptor.CPPTYPE_BOOL:
         typed = st.booleans()
     elif f.cpp_type == FieldDescriptor.CPPTYPE_ENUM:
@@ -201,14 +295,30 @@ def _scalar(f: FieldDescriptor) -> st.SearchStrategy[Any]:
 
 _WKT: dict[str, st.SearchStrategy[Any]] = {
     "google.protobuf.Duration": st.one_of(st.sampled_from(["1s", "1.5s", "-2s", "0.000000001s", "1", "s", "1m"]), _ODD),
-    "google.protobuf.Timestamp": st.one_of(st.sampled_from(["2026-01-01T00:00:00Z", "2026-01-01T00:00:00.5+01:00", "yesterday"]), _ODD),
+    "google.protobuf.Timestamp": st.one_of(
+        st.sampled_from(["2026-01-01T00:00:00Z", "2026-01-01T00:00:00.5+01:00", "yesterday"]), _ODD
+    ),
     "google.protobuf.FieldMask": st.one_of(st.sampled_from(["a.b,cD", "", "a_b"]), _ODD),
-    "google.protobuf.Struct": st.dictionaries(_TEXT, st.recursive(_ODD, lambda inner: st.lists(inner, max_size=2) | st.dictionaries(_TEXT, inner, max_size=2), max_leaves=4), max_size=3),
+    "google.protobuf.Struct": st.dictionaries(
+        _TEXT,
+        st.recursive(
+            _ODD, lambda inner: st.lists(inner, max_size=2) | st.dictionaries(_TEXT, inner, max_size=2), max_leaves=4
+        ),
+        max_size=3,
+    ),
 }
-_JSON = st.recursive(_ODD, lambda inner: st.lists(inner, max_size=2) | st.dictionaries(_TEXT, inner, max_size=2), max_leaves=4)
+_JSON = st.recursive(
+    _ODD, lambda inner: st.lists(inner, max_size=2) | st.dictionaries(_TEXT, inner, max_size=2), max_leaves=4
+)
 _WKT["google.protobuf.Value"] = _JSON
 _WKT["google.protobuf.ListValue"] = st.one_of(st.lists(_JSON, max_size=3), _ODD)
-_ANY_TYPES = ["google.protobuf.Duration", "google.protobuf.Timestamp", "google.protobuf.Struct", "google.protobuf.UInt32Value", "envoy.config.core.v3.SocketAddress"]
+_ANY_TYPES = [
+    "google.protobuf.Duration",
+    "google.protobuf.Timestamp",
+    "google.protobuf.Struct",
+    "google.protobuf.UInt32Value",
+    "envoy.config.core.v3.SocketAddress",
+]
 
 
 @st.composite
@@ -230,7 +340,11 @@ def _message(draw: st.DrawFn, d: Descriptor, depth: int) -> Any:
             return {"@type": f"type.googleapis.com/{kind}", "value": body}
         return {"@type": f"type.googleapis.com/{kind}"} | body
     fields = sorted(d.fields, key=lambda f: f.number)
-    chosen = draw(st.lists(st.sampled_from(fields), max_size=4 if depth < 3 else 1, unique_by=lambda f: f.number)) if fields else []
+    chosen = (
+        draw(st.lists(st.sampled_from(fields), max_size=4 if depth < 3 else 1, unique_by=lambda f: f.number))
+        if fields
+        else []
+    )
     out: dict[Any, Any] = {}
     for f in chosen:
         key = draw(st.sampled_from([f.name, f.json_name]))
@@ -246,7 +360,11 @@ def _field(draw: st.DrawFn, f: FieldDescriptor, depth: int) -> Any:
         return None
     if f.message_type is not None and f.message_type.GetOptions().map_entry:
         key_f, value_f = f.message_type.fields_by_name["key"], f.message_type.fields_by_name["value"]
-        keys = st.sampled_from(["true", "false", "7", "-1", "x"]) if key_f.cpp_type != FieldDescriptor.CPPTYPE_STRING else _TEXT
+        keys = (
+            st.sampled_from(["true", "false", "7", "-1", "x"])
+            if key_f.cpp_type != FieldDescriptor.CPPTYPE_STRING
+            else _TEXT
+        )
         values = _message(value_f.message_type, depth + 1) if value_f.message_type is not None else _scalar(value_f)
         return draw(st.dictionaries(keys, values, max_size=2))
     one = (lambda: _message(f.message_type, depth + 1)) if f.message_type is not None else (lambda: _scalar(f))
@@ -257,11 +375,24 @@ def _field(draw: st.DrawFn, f: FieldDescriptor, depth: int) -> Any:
     return draw(one())
 
 
-_TARGETS = [Cluster, RouteConfiguration, Listener, base_pb2.DataSource, health_check_pb2.HealthCheck, base_pb2.Metadata, percent_pb2.Percent]
+_TARGETS = [
+    Cluster,
+    RouteConfiguration,
+    Listener,
+    base_pb2.DataSource,
+    health_check_pb2.HealthCheck,
+    base_pb2.Metadata,
+    percent_pb2.Percent,
+]
 
 
 @pytest.mark.parametrize("message_type", _TARGETS, ids=lambda t: t.DESCRIPTOR.name)
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(data=st.data())
 def test_parse_agrees_with_parse_dict_on_generated_inputs(message_type: type[Message], data: st.DataObject) -> None:
     value = data.draw(_message(message_type.DESCRIPTOR, 0))
@@ -278,9 +409,17 @@ def test_the_any_cache_is_bounded_by_bytes_and_never_changes_a_result(monkeypatc
     monkeypatch.setattr(convert, "_PACKED", small)
     router = "type.googleapis.com/envoy.config.core.v3.SocketAddress"
     for i in range(2_000):  # ~200 KB of distinct values through a 64 KiB cache
-        data = {"typed_extension_protocol_options": {"a": {"@type": router, "address": f"host-{i}-" + "x" * 40, "port_value": i}}}
+        data = {
+            "typed_extension_protocol_options": {
+                "a": {"@type": router, "address": f"host-{i}-" + "x" * 40, "port_value": i}
+            }
+        }
         assert canonical(parse(data, Cluster, "x")) == canonical(json_format.ParseDict(copy.deepcopy(data), Cluster()))
         assert small.size <= small.limit
     assert 0 < len(small) < 2_000
-    again = {"typed_extension_protocol_options": {"a": {"@type": router, "address": "host-1999-" + "x" * 40, "port_value": 1999}}}
+    again = {
+        "typed_extension_protocol_options": {
+            "a": {"@type": router, "address": "host-1999-" + "x" * 40, "port_value": 1999}
+        }
+    }
     assert canonical(parse(again, Cluster, "x")) == canonical(json_format.ParseDict(copy.deepcopy(again), Cluster()))

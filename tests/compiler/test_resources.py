@@ -37,7 +37,11 @@ def test_comments_and_key_order_do_not_change_the_version() -> None:
 
 def test_changing_one_listener_apis_changes_only_its_routes_and_sidecar_data() -> None:
     before = compile_text(BASE)
-    after = compile_text(BASE.replace("{name: b, port: 8802, apis: {chat_completions: {}}}", "{name: b, port: 8802, apis: {responses: {}}}"))
+    after = compile_text(
+        BASE.replace(
+            "{name: b, port: 8802, apis: {chat_completions: {}}}", "{name: b, port: 8802, apis: {responses: {}}}"
+        )
+    )
     for type_url in (ROUTE, SIDECAR):
         changed = {r.name for r in before[type_url] if after.named(type_url)[r.name].version != r.version}
         assert {n.split("/")[1] for n in changed} == {"b"}
@@ -77,7 +81,12 @@ def test_a_listener_whose_sidecar_cluster_is_missing_is_inconsistent() -> None:
 
 def test_routes_naming_sidecar_data_of_another_version_are_inconsistent() -> None:
     old = compile_text(BASE)
-    new = compile_text(BASE.replace("{name: a, port: 8801, apis: {chat_completions: {}}}", "{name: a, port: 8801, apis: {chat_completions: {}, systemone: {}}}"))
+    new = compile_text(
+        BASE.replace(
+            "{name: a, port: 8801, apis: {chat_completions: {}}}",
+            "{name: a, port: 8801, apis: {chat_completions: {}, systemone: {}}}",
+        )
+    )
     mixed = Resources({t: (old[t] if t == ROUTE else new[t]) for t in new})
     assert any("names sidecar data version" in p for p in consistency_problems(mixed))
 
@@ -98,7 +107,12 @@ def test_resources_found_consistent_before_are_checked_again_against_what_is_the
     from sr_control.compiler import consistent
 
     good = compile_text(BASE)
-    new = compile_text(BASE.replace("{name: a, port: 8801, apis: {chat_completions: {}}}", "{name: a, port: 8801, apis: {chat_completions: {}, systemone: {}}}"))
+    new = compile_text(
+        BASE.replace(
+            "{name: a, port: 8801, apis: {chat_completions: {}}}",
+            "{name: a, port: 8801, apis: {chat_completions: {}, systemone: {}}}",
+        )
+    )
     consistent(good)  # found consistent last: the same objects below must not be trusted blindly
     assert any("goes to cluster 'provider/m'" in p for p in consistency_problems(_without(good, CLUSTER, "provider/m")))
     assert any("names routes 'route/b'" in p for p in consistency_problems(_without(good, ROUTE, "route/b")))

@@ -159,7 +159,9 @@ def test_client_sent_routing_headers_are_dropped_on_arrival(resources: Resources
     assert route_config(resources, "public")["internal_only_headers"] == ["x-vsr-cluster"]
 
 
-def test_a_request_the_sidecar_named_a_cluster_for_takes_the_forward_route_whatever_its_path(resources: Resources) -> None:
+def test_a_request_the_sidecar_named_a_cluster_for_takes_the_forward_route_whatever_its_path(
+    resources: Resources,
+) -> None:
     for listener, path in (("public", "/v1/decisions"), ("chat", "/openai/v1/chat/completions"), ("chat", "/anything")):
         route = route_for(resources, listener, path, headers=frozenset({"x-vsr-cluster"}))
         assert route["name"] == "forward"
@@ -172,7 +174,12 @@ def test_a_request_the_sidecar_named_a_cluster_for_takes_the_forward_route_whate
 
 def test_system_one_models_are_listed_where_system_one_is_offered(resources: Resources) -> None:
     get = route_for(resources, "public", "/v1/systemone/models", "GET")
-    assert sidecar_metadata(get) == {"x-vsr-listener": "public", "x-vsr-api": "models", "x-vsr-schema": "vllm-sr/4.0", "x-vsr-config-version": sidecar_metadata(get)["x-vsr-config-version"]}  # type: ignore[index]
+    assert sidecar_metadata(get) == {
+        "x-vsr-listener": "public",
+        "x-vsr-api": "models",
+        "x-vsr-schema": "vllm-sr/4.0",
+        "x-vsr-config-version": sidecar_metadata(get)["x-vsr-config-version"],
+    }  # type: ignore[index]
     assert local_reply(route_for(resources, "public", "/v1/systemone/models", "POST"))[0] == 405
     status, body = local_reply(route_for(resources, "chat", "/v1/systemone/models", "GET"))
     assert status == 404  # chat offers no System One
@@ -180,7 +187,12 @@ def test_system_one_models_are_listed_where_system_one_is_offered(resources: Res
 
 def test_every_answer_carries_the_request_id_as_the_sdk_reads_it(resources: Resources) -> None:
     for listener, path in (("public", "/v1/systemone"), ("public", "/v1/chat/completions"), ("chat", "/v1/models")):
-        headers = {h["header"]["key"]: h["header"]["value"] for h in route_for(resources, listener, path, "GET" if path.endswith("models") else "POST")["response_headers_to_add"]}
+        headers = {
+            h["header"]["key"]: h["header"]["value"]
+            for h in route_for(resources, listener, path, "GET" if path.endswith("models") else "POST")[
+                "response_headers_to_add"
+            ]
+        }
         assert headers["x-typesafe-request-id"] == "%REQ(x-request-id)%"
 
 
@@ -215,7 +227,9 @@ def test_the_listener_logs_json_and_lets_the_sidecar_set_envoys_own_headers() ->
     assert log["typed_config"]["log_format"]["json_format"]["request_id"] == "%REQ(X-REQUEST-ID)%"
     # Every response also goes to the sidecar, which counts them (vsr_listener_responses_total).
     assert outcomes["typed_config"]["common_config"] == {
-        "log_name": "keyed", "transport_api_version": "V3", "grpc_service": {"envoy_grpc": {"cluster_name": "vsr/sidecar"}}
+        "log_name": "keyed",
+        "transport_api_version": "V3",
+        "grpc_service": {"envoy_grpc": {"cluster_name": "vsr/sidecar"}},
     }
     ext_proc = next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
     assert ext_proc["typed_config"]["mutation_rules"] == {"allow_envoy": True}

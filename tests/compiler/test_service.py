@@ -52,7 +52,11 @@ def test_the_sidecar_reads_the_services_url_for_the_calls_it_makes_itself() -> N
     payload = to_dict(sidecar.message)["value"]
     data = ListenerData.of(payload, sidecar.version)  # the sidecar's own reader: no DataError
     gpu, near = data.members["gpu"], data.members["near"]
-    assert (gpu.cluster, gpu.origin, gpu.systemone_path) == ("deployment/gpu", "http://rt-gpu.ml.svc:8100", "/v1/systemone")
+    assert (gpu.cluster, gpu.origin, gpu.systemone_path) == (
+        "deployment/gpu",
+        "http://rt-gpu.ml.svc:8100",
+        "/v1/systemone",
+    )
     assert (near.origin, near.prefix, near.path("/v1/models")) == ("http://rt-cpu:8200", "/api", "/api/v1/models")
 
 

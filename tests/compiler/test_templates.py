@@ -38,7 +38,12 @@ def test_an_unknown_template_lists_the_known_ones() -> None:
 
 def test_values_are_data_and_none_drops_the_key() -> None:
     t = Template("t", {"a": "$a", "b": ["$b", "keep"], "c": "pre-${c}-post", "d": {"e": "$e"}})
-    assert t.fill({"a": {"x": [1]}, "b": None, "c": 7, "e": None}) == {"a": {"x": [1]}, "b": ["keep"], "c": "pre-7-post", "d": {}}
+    assert t.fill({"a": {"x": [1]}, "b": None, "c": 7, "e": None}) == {
+        "a": {"x": [1]},
+        "b": ["keep"],
+        "c": "pre-7-post",
+        "d": {},
+    }
 
 
 def test_every_template_fills_to_independent_trees() -> None:

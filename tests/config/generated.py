@@ -146,7 +146,22 @@ def docs(draw: st.DrawFn) -> Doc:
 def edited(draw: st.DrawFn, doc: Doc) -> Doc:
     """``doc`` with one entry changed, added or removed (a copy)."""
     doc = copy.deepcopy(doc)
-    kind = draw(st.sampled_from(("listener", "listener", "listener", "add listener", "remove listener", "deployment", "add deployment", "remove deployment", "pool", "provider")))
+    kind = draw(
+        st.sampled_from(
+            (
+                "listener",
+                "listener",
+                "listener",
+                "add listener",
+                "remove listener",
+                "deployment",
+                "add deployment",
+                "remove deployment",
+                "pool",
+                "provider",
+            )
+        )
+    )
     if kind == "listener" and doc.listeners:
         i = draw(st.integers(0, len(doc.listeners) - 1))
         flow, comment, data = doc.listeners[i]
@@ -196,8 +211,20 @@ def edit_series(draw: st.DrawFn) -> list[str]:
 
 
 _LINES = (
-    "", "# a comment", "  - {name: lx, port: 1}", "  - name: ly", "    port: 2", "  dx: {provider: systemone}",
-    "listeners:", "pools:", "  - {name: broken", "    - nested", "  key: [1, 2", "\tport: 3", "  &a {x: 1}", "  - *a",
+    "",
+    "# a comment",
+    "  - {name: lx, port: 1}",
+    "  - name: ly",
+    "    port: 2",
+    "  dx: {provider: systemone}",
+    "listeners:",
+    "pools:",
+    "  - {name: broken",
+    "    - nested",
+    "  key: [1, 2",
+    "\tport: 3",
+    "  &a {x: 1}",
+    "  - *a",
 )
 
 

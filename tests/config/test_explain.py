@@ -19,10 +19,20 @@ def test_the_example_config_explained() -> None:
                 "address": "0.0.0.0",
                 "port": 8801,
                 "apis": [
-                    {"api": "systemone", "paths": SYSTEMONE_PATHS, "schema": "vllm-sr/4.0",
-                     "models": ["vllm-sr/auto", "d3"], "settings": {"max_deadline_ms": 3000}},
-                    {"api": "chat_completions", "paths": ["/v1/chat/completions"], "schema": None,
-                     "models": ["gpt-oss-120b"], "settings": {}},
+                    {
+                        "api": "systemone",
+                        "paths": SYSTEMONE_PATHS,
+                        "schema": "vllm-sr/4.0",
+                        "models": ["vllm-sr/auto", "d3"],
+                        "settings": {"max_deadline_ms": 3000},
+                    },
+                    {
+                        "api": "chat_completions",
+                        "paths": ["/v1/chat/completions"],
+                        "schema": None,
+                        "models": ["gpt-oss-120b"],
+                        "settings": {},
+                    },
                 ],
             },
             {
@@ -30,7 +40,13 @@ def test_the_example_config_explained() -> None:
                 "address": "127.0.0.1",
                 "port": 8802,
                 "apis": [
-                    {"api": "chat_completions", "paths": ["/v1/chat/completions"], "schema": None, "models": ["gpt-oss-120b"], "settings": {}},
+                    {
+                        "api": "chat_completions",
+                        "paths": ["/v1/chat/completions"],
+                        "schema": None,
+                        "models": ["gpt-oss-120b"],
+                        "settings": {},
+                    },
                     # gpt-oss-120b speaks chat_completions; the router does not translate formats.
                     {"api": "responses", "paths": ["/v1/responses"], "schema": None, "models": [], "settings": {}},
                     {"api": "messages", "paths": ["/v1/messages"], "schema": None, "models": [], "settings": {}},

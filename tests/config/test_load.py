@@ -56,7 +56,9 @@ def test_a_section_left_empty_has_nothing_in_it() -> None:
 def test_a_name_over_253_characters_is_a_problem_at_the_name() -> None:
     name = "d" * 254
     report = loader.validate_text(f"version: 2\npools:\n  {name}: {{members: [x]}}\n", "c.yaml")
-    assert [str(p) for p in report.errors] == ["c.yaml:3:3: error: pools." + name + ": names must be at most 253 characters (this one has 254)"]
+    assert [str(p) for p in report.errors] == [
+        "c.yaml:3:3: error: pools." + name + ": names must be at most 253 characters (this one has 254)"
+    ]
 
 
 def _problems(text: str) -> list[str]:
@@ -79,80 +81,178 @@ deployments:
 
 # (what goes wrong, the file's extra text after PROVIDERS, the exact line the user reads)
 CASES = [
-    ("unknown API", "listeners:\n  - {name: a, port: 1, apis: {grpc: {}}}\n",
-     "c.yaml:12:31: error: listeners[0].apis.grpc: unknown API 'grpc' (supported: chat_completions, responses, messages, images, systemone, openai, anthropic)"),
-    ("alias and name together", "listeners:\n  - name: a\n    port: 1\n    apis:\n      anthropic: {}\n      messages: {}\n",
-     "c.yaml:16:7: error: listeners[0].apis.messages: messages is given twice in this apis map (as 'anthropic' and 'messages')"),
-    ("schema on an unversioned API", "listeners:\n  - {name: a, port: 1, apis: {responses: {schema: vllm-sr/5.0}}}\n",
-     "c.yaml:12:51: error: listeners[0].apis.responses.schema: responses is unversioned and takes no schema"),
-    ("unknown listener schema", "listeners:\n  - {name: a, port: 1, apis: {systemone: {schema: vllm-sr/6.0}}}\n",
-     "c.yaml:12:51: error: listeners[0].apis.systemone.schema: unknown schema 'vllm-sr/6.0' (supported: vllm-sr/4.0, vllm-sr/5.0)"),
-    ("upstream-only schema on a listener", "listeners:\n  - {name: a, port: 1, apis: {systemone: {schema: systemone/0.2}}}\n",
-     "c.yaml:12:51: error: listeners[0].apis.systemone.schema: a listener cannot serve systemone in systemone/0.2 (listener schemas: vllm-sr/4.0, vllm-sr/5.0)"),
-    ("systemone setting on an LLM API", "listeners:\n  - {name: a, port: 1, apis: {openai: {max_deadline_ms: 10}}}\n",
-     "c.yaml:12:57: error: listeners[0].apis.openai.max_deadline_ms: max_deadline_ms is a systemone setting; chat_completions has none"),
-    ("unknown model", "listeners:\n  - {name: a, port: 1, apis: {systemone: {models: [d4]}}}\n",
-     "c.yaml:12:52: error: listeners[0].apis.systemone.models[0]: unknown model 'd4' (decision models: d3)"),
-    ("model of the wrong kind", "listeners:\n  - {name: a, port: 1, apis: {chat_completions: {models: [d3]}}}\n",
-     "c.yaml:12:59: error: listeners[0].apis.chat_completions.models[0]: 'd3' is a decision model; chat_completions serves llm models"),
-    ("an LLM model asked of systemone", "listeners:\n  - {name: a, port: 1, apis: {systemone: {models: [gpt]}}}\n",
-     "c.yaml:12:52: error: listeners[0].apis.systemone.models[0]: 'gpt' is an LLM model; systemone serves decision models"),
-    ("an LLM model of another format", "listeners:\n  - {name: a, port: 1, apis: {messages: {models: [gpt]}}}\n",
-     "c.yaml:12:51: error: listeners[0].apis.messages.models[0]: 'gpt' speaks chat_completions, not messages; list it under chat_completions (the router does not translate between LLM formats)"),
-    ("listener keys from two places", "listeners:\n  - {name: a, port: 1, auth: {keys_env: K, keys_file: /k}}\n",
-     "c.yaml:12:24: error: listeners[0].auth: give exactly one of keys_env and keys_file"),
-    ("listener keys inline", "listeners:\n  - {name: a, port: 1, auth: {keys: [sekrit]}}\n",
-     "c.yaml:12:31: error: listeners[0].auth.keys: unknown field 'keys'"),
-    ("relative keys file", "listeners:\n  - {name: a, port: 1, auth: {keys_file: keys.txt}}\n",
-     "c.yaml:12:24: error: listeners[0].auth: keys_file 'keys.txt' must be an absolute path (the sidecar reads it, from its own working directory)"),
-    ("duplicate listener name", "listeners:\n  - {name: a, port: 1}\n  - {name: a, port: 2}\n",
-     "c.yaml:13:12: error: listeners[1].name: listener name 'a' is used more than once"),
-    ("port taken on the same address", "listeners:\n  - {name: a, port: 1, address: 127.0.0.1}\n  - {name: b, port: 1, address: 0.0.0.0}\n",
-     "c.yaml:13:21: error: listeners[1].port: port 1 on 0.0.0.0 is already taken by listeners[0]"),
-    ("bad listener name", "listeners:\n  - {name: Public, port: 1}\n",
-     "c.yaml:12:12: error: listeners[0].name: must be lowercase letters, digits, '-' or '_', starting and ending with a letter or digit (at most 63) (got 'Public')"),
-    ("host name as address", "listeners:\n  - {name: a, port: 1, address: localhost}\n",
-     "c.yaml:12:33: error: listeners[0].address: 'localhost' is not an IP address"),
-    ("port out of range", "listeners:\n  - {name: a, port: 70000}\n",
-     "c.yaml:12:21: error: listeners[0].port: must be less than or equal to 65535 (got 70000)"),
-    ("missing port", "listeners:\n  - {name: a}\n",
-     "c.yaml:12:5: error: listeners[0].port: missing required field 'port'"),
-    ("unknown listener field", "listeners:\n  - {name: a, port: 1, models: [gpt]}\n",
-     "c.yaml:12:24: error: listeners[0].models: unknown field 'models'"),
-    ("unknown section", "routes: []\n",
-     "c.yaml:11:1: error: routes: unknown section 'routes' (sections: version, providers, deployments, pools, listeners)"),
-    ("unknown pool member", "pools:\n  vllm-sr/auto: {members: [gw, lost]}\n",
-     "c.yaml:12:32: error: pools[\"vllm-sr/auto\"].members[1]: unknown deployment 'lost' (deployments: gw)"),
-    ("empty pool", "pools:\n  vllm-sr/auto: {members: []}\n",
-     "c.yaml:12:18: error: pools[\"vllm-sr/auto\"].members: must not be empty"),
-    ("name used by a pool and a deployment's model", "pools:\n  d3: {members: [gw]}\n",
-     "c.yaml:10:12: error: deployments.gw.model: model name 'd3' is used by a deployment's model and a pool; give each a distinct name"),
+    (
+        "unknown API",
+        "listeners:\n  - {name: a, port: 1, apis: {grpc: {}}}\n",
+        "c.yaml:12:31: error: listeners[0].apis.grpc: unknown API 'grpc' (supported: chat_completions, responses, messages, images, systemone, openai, anthropic)",
+    ),
+    (
+        "alias and name together",
+        "listeners:\n  - name: a\n    port: 1\n    apis:\n      anthropic: {}\n      messages: {}\n",
+        "c.yaml:16:7: error: listeners[0].apis.messages: messages is given twice in this apis map (as 'anthropic' and 'messages')",
+    ),
+    (
+        "schema on an unversioned API",
+        "listeners:\n  - {name: a, port: 1, apis: {responses: {schema: vllm-sr/5.0}}}\n",
+        "c.yaml:12:51: error: listeners[0].apis.responses.schema: responses is unversioned and takes no schema",
+    ),
+    (
+        "unknown listener schema",
+        "listeners:\n  - {name: a, port: 1, apis: {systemone: {schema: vllm-sr/6.0}}}\n",
+        "c.yaml:12:51: error: listeners[0].apis.systemone.schema: unknown schema 'vllm-sr/6.0' (supported: vllm-sr/4.0, vllm-sr/5.0)",
+    ),
+    (
+        "upstream-only schema on a listener",
+        "listeners:\n  - {name: a, port: 1, apis: {systemone: {schema: systemone/0.2}}}\n",
+        "c.yaml:12:51: error: listeners[0].apis.systemone.schema: a listener cannot serve systemone in systemone/0.2 (listener schemas: vllm-sr/4.0, vllm-sr/5.0)",
+    ),
+    (
+        "systemone setting on an LLM API",
+        "listeners:\n  - {name: a, port: 1, apis: {openai: {max_deadline_ms: 10}}}\n",
+        "c.yaml:12:57: error: listeners[0].apis.openai.max_deadline_ms: max_deadline_ms is a systemone setting; chat_completions has none",
+    ),
+    (
+        "unknown model",
+        "listeners:\n  - {name: a, port: 1, apis: {systemone: {models: [d4]}}}\n",
+        "c.yaml:12:52: error: listeners[0].apis.systemone.models[0]: unknown model 'd4' (decision models: d3)",
+    ),
+    (
+        "model of the wrong kind",
+        "listeners:\n  - {name: a, port: 1, apis: {chat_completions: {models: [d3]}}}\n",
+        "c.yaml:12:59: error: listeners[0].apis.chat_completions.models[0]: 'd3' is a decision model; chat_completions serves llm models",
+    ),
+    (
+        "an LLM model asked of systemone",
+        "listeners:\n  - {name: a, port: 1, apis: {systemone: {models: [gpt]}}}\n",
+        "c.yaml:12:52: error: listeners[0].apis.systemone.models[0]: 'gpt' is an LLM model; systemone serves decision models",
+    ),
+    (
+        "an LLM model of another format",
+        "listeners:\n  - {name: a, port: 1, apis: {messages: {models: [gpt]}}}\n",
+        "c.yaml:12:51: error: listeners[0].apis.messages.models[0]: 'gpt' speaks chat_completions, not messages; list it under chat_completions (the router does not translate between LLM formats)",
+    ),
+    (
+        "listener keys from two places",
+        "listeners:\n  - {name: a, port: 1, auth: {keys_env: K, keys_file: /k}}\n",
+        "c.yaml:12:24: error: listeners[0].auth: give exactly one of keys_env and keys_file",
+    ),
+    (
+        "listener keys inline",
+        "listeners:\n  - {name: a, port: 1, auth: {keys: [sekrit]}}\n",
+        "c.yaml:12:31: error: listeners[0].auth.keys: unknown field 'keys'",
+    ),
+    (
+        "relative keys file",
+        "listeners:\n  - {name: a, port: 1, auth: {keys_file: keys.txt}}\n",
+        "c.yaml:12:24: error: listeners[0].auth: keys_file 'keys.txt' must be an absolute path (the sidecar reads it, from its own working directory)",
+    ),
+    (
+        "duplicate listener name",
+        "listeners:\n  - {name: a, port: 1}\n  - {name: a, port: 2}\n",
+        "c.yaml:13:12: error: listeners[1].name: listener name 'a' is used more than once",
+    ),
+    (
+        "port taken on the same address",
+        "listeners:\n  - {name: a, port: 1, address: 127.0.0.1}\n  - {name: b, port: 1, address: 0.0.0.0}\n",
+        "c.yaml:13:21: error: listeners[1].port: port 1 on 0.0.0.0 is already taken by listeners[0]",
+    ),
+    (
+        "bad listener name",
+        "listeners:\n  - {name: Public, port: 1}\n",
+        "c.yaml:12:12: error: listeners[0].name: must be lowercase letters, digits, '-' or '_', starting and ending with a letter or digit (at most 63) (got 'Public')",
+    ),
+    (
+        "host name as address",
+        "listeners:\n  - {name: a, port: 1, address: localhost}\n",
+        "c.yaml:12:33: error: listeners[0].address: 'localhost' is not an IP address",
+    ),
+    (
+        "port out of range",
+        "listeners:\n  - {name: a, port: 70000}\n",
+        "c.yaml:12:21: error: listeners[0].port: must be less than or equal to 65535 (got 70000)",
+    ),
+    (
+        "missing port",
+        "listeners:\n  - {name: a}\n",
+        "c.yaml:12:5: error: listeners[0].port: missing required field 'port'",
+    ),
+    (
+        "unknown listener field",
+        "listeners:\n  - {name: a, port: 1, models: [gpt]}\n",
+        "c.yaml:12:24: error: listeners[0].models: unknown field 'models'",
+    ),
+    (
+        "unknown section",
+        "routes: []\n",
+        "c.yaml:11:1: error: routes: unknown section 'routes' (sections: version, providers, deployments, pools, listeners)",
+    ),
+    (
+        "unknown pool member",
+        "pools:\n  vllm-sr/auto: {members: [gw, lost]}\n",
+        "c.yaml:12:32: error: pools[\"vllm-sr/auto\"].members[1]: unknown deployment 'lost' (deployments: gw)",
+    ),
+    (
+        "empty pool",
+        "pools:\n  vllm-sr/auto: {members: []}\n",
+        'c.yaml:12:18: error: pools["vllm-sr/auto"].members: must not be empty',
+    ),
+    (
+        "name used by a pool and a deployment's model",
+        "pools:\n  d3: {members: [gw]}\n",
+        "c.yaml:10:12: error: deployments.gw.model: model name 'd3' is used by a deployment's model and a pool; give each a distinct name",
+    ),
 ]
 
 DEPLOYMENT = "version: 2\ndeployments:\n  d:\n    provider: systemone\n    endpoint: https://gw.example/v1/systemone\n    model: d3\n"
 
 # (what goes wrong, a line replacing or adding to DEPLOYMENT's fields, the exact line the user reads)
 DEPLOYMENT_CASES = [
-    ("unknown upstream schema", "    schema: systemone/0.3\n",
-     "c.yaml:7:13: error: deployments.d.schema: unknown schema 'systemone/0.3' (supported: systemone/0.2, vllm-sr/5.0)"),
-    ("listener-only schema on a deployment", "    schema: vllm-sr/4.0\n",
-     "c.yaml:7:13: error: deployments.d.schema: vllm-sr/4.0 is served to clients, not spoken to upstreams (upstream schemas: systemone/0.2, vllm-sr/5.0)"),
-    ("unknown deviation", "    deviations: [state_json]\n",
-     "c.yaml:7:18: error: deployments.d.deviations[0]: unknown deviation 'state_json' (supported: state_text)"),
-    ("deviation listed twice", "    deviations: [state_text, state_text]\n",
-     "c.yaml:7:30: error: deployments.d.deviations[1]: deviation 'state_text' is listed twice"),
-    ("max_concurrency zero", "    max_concurrency: 0\n",
-     "c.yaml:7:22: error: deployments.d.max_concurrency: must be greater than or equal to 1 (got 0)"),
-    ("unknown provider", "    provider: openai\n",
-     "c.yaml:4:15: error: deployments.d.provider: must be 'systemone' (got 'openai')"),
-    ("endpoint not a URL", "    endpoint: gateway.example.com\n",
-     "c.yaml:5:15: error: deployments.d.endpoint: 'gateway.example.com' is not an http:// or https:// URL with a host"),
-    ("unknown question type", "    capabilities: {question_types: [noul, yesno]}\n",
-     "c.yaml:7:43: error: deployments.d.capabilities.question_types[1]: must be 'noul', 'choice', 'score', 'box', 'span', 'set' or 'track' (got 'yesno')"),
-    ("no question types", "    capabilities: {question_types: []}\n",
-     "c.yaml:7:20: error: deployments.d.capabilities.question_types: must not be empty"),
-    ("missing model", None,
-     "c.yaml:3:3: error: deployments.d.model: missing required field 'model'"),
+    (
+        "unknown upstream schema",
+        "    schema: systemone/0.3\n",
+        "c.yaml:7:13: error: deployments.d.schema: unknown schema 'systemone/0.3' (supported: systemone/0.2, vllm-sr/5.0)",
+    ),
+    (
+        "listener-only schema on a deployment",
+        "    schema: vllm-sr/4.0\n",
+        "c.yaml:7:13: error: deployments.d.schema: vllm-sr/4.0 is served to clients, not spoken to upstreams (upstream schemas: systemone/0.2, vllm-sr/5.0)",
+    ),
+    (
+        "unknown deviation",
+        "    deviations: [state_json]\n",
+        "c.yaml:7:18: error: deployments.d.deviations[0]: unknown deviation 'state_json' (supported: state_text)",
+    ),
+    (
+        "deviation listed twice",
+        "    deviations: [state_text, state_text]\n",
+        "c.yaml:7:30: error: deployments.d.deviations[1]: deviation 'state_text' is listed twice",
+    ),
+    (
+        "max_concurrency zero",
+        "    max_concurrency: 0\n",
+        "c.yaml:7:22: error: deployments.d.max_concurrency: must be greater than or equal to 1 (got 0)",
+    ),
+    (
+        "unknown provider",
+        "    provider: openai\n",
+        "c.yaml:4:15: error: deployments.d.provider: must be 'systemone' (got 'openai')",
+    ),
+    (
+        "endpoint not a URL",
+        "    endpoint: gateway.example.com\n",
+        "c.yaml:5:15: error: deployments.d.endpoint: 'gateway.example.com' is not an http:// or https:// URL with a host",
+    ),
+    (
+        "unknown question type",
+        "    capabilities: {question_types: [noul, yesno]}\n",
+        "c.yaml:7:43: error: deployments.d.capabilities.question_types[1]: must be 'noul', 'choice', 'score', 'box', 'span', 'set' or 'track' (got 'yesno')",
+    ),
+    (
+        "no question types",
+        "    capabilities: {question_types: []}\n",
+        "c.yaml:7:20: error: deployments.d.capabilities.question_types: must not be empty",
+    ),
+    ("missing model", None, "c.yaml:3:3: error: deployments.d.model: missing required field 'model'"),
 ]
 
 
@@ -162,7 +262,9 @@ def _deployment(extra: str | None) -> str:
     key = extra.split(":")[0]
     lines = [l for l in DEPLOYMENT.splitlines(keepends=True) if not l.startswith(key + ":")]
     if len(lines) < len(DEPLOYMENT.splitlines()):
-        return DEPLOYMENT.replace(next(l for l in DEPLOYMENT.splitlines(keepends=True) if l.startswith(key + ":")), extra)
+        return DEPLOYMENT.replace(
+            next(l for l in DEPLOYMENT.splitlines(keepends=True) if l.startswith(key + ":")), extra
+        )
     return DEPLOYMENT + extra
 
 
@@ -268,7 +370,9 @@ def test_a_newer_format_is_refused_with_a_clear_message() -> None:
 
 
 def test_a_version_that_is_not_a_number() -> None:
-    assert _problems("version: two\n") == ["c.yaml:1:10: error: version: version must be a whole number from 1 to 2, not 'two'"]
+    assert _problems("version: two\n") == [
+        "c.yaml:1:10: error: version: version must be a whole number from 1 to 2, not 'two'"
+    ]
 
 
 def test_an_old_format_loads_with_a_warning_that_says_how_to_migrate() -> None:
@@ -277,7 +381,13 @@ def test_an_old_format_loads_with_a_warning_that_says_how_to_migrate() -> None:
     assert [str(p) for p in report.problems] == [
         "old.yaml:1:1: warning: config format 1 is out of date; read as format 2. Run `vllm-sr config migrate --in-place old.yaml` to update the file"
     ]
-    assert [a for a in report.config.listeners[0].apis] == ["chat_completions", "responses", "messages", "images", "systemone"]
+    assert [a for a in report.config.listeners[0].apis] == [
+        "chat_completions",
+        "responses",
+        "messages",
+        "images",
+        "systemone",
+    ]
 
 
 def test_load_raises_one_error_holding_every_problem(tmp_path) -> None:  # type: ignore[no-untyped-def]

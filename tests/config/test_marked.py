@@ -85,11 +85,24 @@ def _digits(alphabet: str, max_size: int = 6) -> st.SearchStrategy[str]:
     return st.text(alphabet + "_", max_size=max_size) | st.text(alphabet, min_size=1, max_size=max_size)
 
 
-BASES = st.sampled_from([("", "0123456789"), ("0", "01234567"), ("0b", "01"), ("0o", "01234567"),
-                         ("0x", "0123456789abcdefABCDEF"), ("0X", "0123456789"), ("0b", "0123")])
-ints = st.builds(lambda sign, base, digits: sign + base[0] + digits, SIGNS, BASES, BASES.flatmap(lambda b: _digits(b[1])))
+BASES = st.sampled_from(
+    [
+        ("", "0123456789"),
+        ("0", "01234567"),
+        ("0b", "01"),
+        ("0o", "01234567"),
+        ("0x", "0123456789abcdefABCDEF"),
+        ("0X", "0123456789"),
+        ("0b", "0123"),
+    ]
+)
+ints = st.builds(
+    lambda sign, base, digits: sign + base[0] + digits, SIGNS, BASES, BASES.flatmap(lambda b: _digits(b[1]))
+)
 
-exponents = st.just("") | st.builds(lambda e, sign, d: e + sign + d, st.sampled_from("eE"), SIGNS, st.text("0123456789", max_size=3))
+exponents = st.just("") | st.builds(
+    lambda e, sign, d: e + sign + d, st.sampled_from("eE"), SIGNS, st.text("0123456789", max_size=3)
+)
 mantissas = st.one_of(
     st.builds(lambda i, f: f"{i}.{f}", _digits("0123456789", 4), _digits("0123456789", 4)),
     st.builds(lambda f: f".{f}", _digits("0123456789", 4)),
@@ -101,8 +114,12 @@ floats = st.one_of(
 )
 
 # Mostly real months and days, so that most dates build; now and then one that cannot.
-_two = (st.integers(1, 12) | st.integers(1, 12) | st.integers(0, 99)).flatmap(lambda n: st.sampled_from([str(n), f"{n:02d}"]))
-dates = st.builds(lambda y, m, d: f"{y}-{m}-{d}", st.sampled_from(["2001", "1999", "0000", "9999", "201", "20011"]), _two, _two)
+_two = (st.integers(1, 12) | st.integers(1, 12) | st.integers(0, 99)).flatmap(
+    lambda n: st.sampled_from([str(n), f"{n:02d}"])
+)
+dates = st.builds(
+    lambda y, m, d: f"{y}-{m}-{d}", st.sampled_from(["2001", "1999", "0000", "9999", "201", "20011"]), _two, _two
+)
 zones = st.sampled_from(["", "Z", " Z", "+1", "-5", "-05:00", " +09:30", "+24"])
 timestamps = st.builds(
     lambda date, sep, h, m, s, frac, zone: f"{date}{sep}{h}:{m}:{s}{frac}{zone}",
@@ -126,7 +143,12 @@ def _plain_ok(text: str) -> bool:
     (a collection's indicators), no ``: `` inside, not ending in ``:``; not ``:`` first either,
     which libyaml refuses in a flow collection (``[:0]``) and ruamel.yaml reads as text."""
     text = text.strip()  # as a plain scalar is read
-    return not (text[:1] in ("-", "?") and text[1:2] in ("", " ")) and text[:1] != ":" and ": " not in text and not text.endswith(":")
+    return (
+        not (text[:1] in ("-", "?") and text[1:2] in ("", " "))
+        and text[:1] != ":"
+        and ": " not in text
+        and not text.endswith(":")
+    )
 
 
 def _quoted(text: str, style: str) -> str:
@@ -156,10 +178,31 @@ def test_a_scalar_reads_as_ruamel_reads_it(value: str) -> None:
 
 @st.composite
 def keys(draw: st.DrawFn) -> str:
-    return draw(st.one_of(ints, dates, words, strings).filter(lambda k: k.strip() == k and k[:1] not in ("", "-", "?", ":", "~")))
+    return draw(
+        st.one_of(ints, dates, words, strings).filter(
+            lambda k: k.strip() == k and k[:1] not in ("", "-", "?", ":", "~")
+        )
+    )
 
 
-tags = st.sampled_from(["", "", "", "", "", "!!str ", "!!int ", "!!float ", "!!bool ", "!!null ", "!!timestamp ", "!!binary ", "!!set ", "!foo "])
+tags = st.sampled_from(
+    [
+        "",
+        "",
+        "",
+        "",
+        "",
+        "!!str ",
+        "!!int ",
+        "!!float ",
+        "!!bool ",
+        "!!null ",
+        "!!timestamp ",
+        "!!binary ",
+        "!!set ",
+        "!foo ",
+    ]
+)
 
 
 @st.composite
@@ -173,8 +216,10 @@ def leaves(draw: st.DrawFn) -> str:
 
 nodes = st.recursive(
     leaves(),
-    lambda inner: st.tuples(st.booleans(), st.lists(inner, max_size=3))
-    | st.tuples(st.booleans(), st.lists(st.tuples(keys(), inner), max_size=3, unique_by=lambda kv: kv[0]).map(dict)),
+    lambda inner: (
+        st.tuples(st.booleans(), st.lists(inner, max_size=3))
+        | st.tuples(st.booleans(), st.lists(st.tuples(keys(), inner), max_size=3, unique_by=lambda kv: kv[0]).map(dict))
+    ),
     max_leaves=10,
 )
 
@@ -266,7 +311,9 @@ def test_both_readers_read_a_value_the_same(written: str, value: Any) -> None:
         ),
     ],
 )
-def test_a_value_that_looks_like_a_number_or_date_but_is_not_is_an_error_at_its_place(written: str, message: str) -> None:
+def test_a_value_that_looks_like_a_number_or_date_but_is_not_is_an_error_at_its_place(
+    written: str, message: str
+) -> None:
     for version in (1, 2):  # format 1 goes through ruamel.yaml, format 2 through marked
         text = f"version: {version}\nlisteners:\n  - name: {written}\n"
         assert [str(p) for p in validate_text(text, FILE).errors] == [f"c.yaml:3:11: error: invalid YAML: {message}"]
@@ -310,9 +357,15 @@ def test_an_anchored_true_is_true_in_both_readers() -> None:
     "text, problem",
     [
         ("a: !!set {x}\n", "c.yaml:1:4: error: invalid YAML: the tag !!set has no meaning in a config; remove it"),
-        ("a:\n  - !!omap [b: 1]\n", "c.yaml:2:5: error: invalid YAML: the tag !!omap has no meaning in a config; remove it"),
+        (
+            "a:\n  - !!omap [b: 1]\n",
+            "c.yaml:2:5: error: invalid YAML: the tag !!omap has no meaning in a config; remove it",
+        ),
         ("a: !custom x\n", "c.yaml:1:4: error: invalid YAML: the tag !custom has no meaning in a config; remove it"),
-        ("a: !!int abc\n", "c.yaml:1:4: error: invalid YAML: 'abc' reads as a YAML int but is not a valid one; quote it to keep it a string"),
+        (
+            "a: !!int abc\n",
+            "c.yaml:1:4: error: invalid YAML: 'abc' reads as a YAML int but is not a valid one; quote it to keep it a string",
+        ),
     ],
 )
 def test_a_tag_the_readers_would_read_differently_is_refused_by_both(text: str, problem: str) -> None:
@@ -326,4 +379,7 @@ def test_merge_keys_read_alike_own_keys_first() -> None:
 
 
 def test_a_collection_as_a_key_is_an_error_not_a_crash() -> None:
-    assert _by_marked("? [a, b]\n: 1\n") == ("refused", "c.yaml:1:3: error: invalid YAML: a mapping key must be a scalar")
+    assert _by_marked("? [a, b]\n: 1\n") == (
+        "refused",
+        "c.yaml:1:3: error: invalid YAML: a mapping key must be a scalar",
+    )

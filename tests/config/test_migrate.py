@@ -53,7 +53,9 @@ def test_every_comment_survives(case: Path) -> None:
 
 
 def test_format_1_systemone_listeners_keep_the_4_0_schema() -> None:
-    migrated = loader.load_text((Path(__file__).parent / "migrations/04-systemone-deadline-mixed/expected.yaml").read_text())
+    migrated = loader.load_text(
+        (Path(__file__).parent / "migrations/04-systemone-deadline-mixed/expected.yaml").read_text()
+    )
     apis = migrated.listeners[0].apis
     assert apis is not None and apis["systemone"].schema_ == "vllm-sr/4.0"
     assert apis["systemone"].models == ["vllm-sr/auto", "d3"] and apis["systemone"].max_deadline_ms == 3000

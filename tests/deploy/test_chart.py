@@ -21,12 +21,28 @@ from tests.deploy.chart import CHART, NAMESPACE, RELEASE, ROOT, config_text, con
 KUBE_VERSIONS = ("1.29", "1.37")
 
 ONE_POOL: dict[str, Any] = {
-    "runtimes": {"runtime": None, "d3": {"replicas": 3, "model": "/models/d3-turbo", "weights": {"source": "pvc", "pvc": {"claimName": "d3-weights"}}}},
+    "runtimes": {
+        "runtime": None,
+        "d3": {
+            "replicas": 3,
+            "model": "/models/d3-turbo",
+            "weights": {"source": "pvc", "pvc": {"claimName": "d3-weights"}},
+        },
+    },
     "config": {
         "version": 2,
-        "deployments": {"d3": {"provider": "systemone", "service": {"name": "d3", "port": 8100}, "model": "d3-turbo", "schema": "vllm-sr/5.0"}},
+        "deployments": {
+            "d3": {
+                "provider": "systemone",
+                "service": {"name": "d3", "port": 8100},
+                "model": "d3-turbo",
+                "schema": "vllm-sr/5.0",
+            }
+        },
         "pools": {"vllm-sr/auto": {"members": ["d3"]}},
-        "listeners": [{"name": "public", "port": 8801, "apis": {"systemone": {"models": ["vllm-sr/auto", "d3-turbo"]}}}],
+        "listeners": [
+            {"name": "public", "port": 8801, "apis": {"systemone": {"models": ["vllm-sr/auto", "d3-turbo"]}}}
+        ],
     },
 }
 
@@ -38,7 +54,13 @@ GPU_AND_CPU: dict[str, Any] = {
             "gpus": 2,
             "model": "/models/d3-ultra",
             "apiKey": {"secretName": "runtime-keys", "key": "gpu"},
-            "weights": {"source": "initContainer", "initContainer": {"image": "registry.example/d3-ultra-weights:1", "command": ["cp", "-r", "/weights/.", "/models/"]}},
+            "weights": {
+                "source": "initContainer",
+                "initContainer": {
+                    "image": "registry.example/d3-ultra-weights:1",
+                    "command": ["cp", "-r", "/weights/.", "/models/"],
+                },
+            },
             "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
             "resources": {"requests": {"cpu": "4", "memory": "32Gi"}, "limits": {"memory": "64Gi"}},
         },
@@ -46,26 +68,67 @@ GPU_AND_CPU: dict[str, Any] = {
     },
     "config": {
         "version": 2,
-        "providers": {"models": [{"name": "gpt-oss-120b", "endpoints": ["http://llm.internal:8000/v1"], "api_key_env": "VSR_LLM_KEY"}]},
+        "providers": {
+            "models": [
+                {"name": "gpt-oss-120b", "endpoints": ["http://llm.internal:8000/v1"], "api_key_env": "VSR_LLM_KEY"}
+            ]
+        },
         "deployments": {
-            "gpu": {"provider": "systemone", "service": {"name": "gpu", "port": 8100}, "model": "d3-ultra", "schema": "vllm-sr/5.0", "api_key_env": "VSR_GPU_KEY"},
-            "cpu": {"provider": "systemone", "service": {"name": "cpu", "port": 8200}, "model": "default", "schema": "vllm-sr/5.0"},
+            "gpu": {
+                "provider": "systemone",
+                "service": {"name": "gpu", "port": 8100},
+                "model": "d3-ultra",
+                "schema": "vllm-sr/5.0",
+                "api_key_env": "VSR_GPU_KEY",
+            },
+            "cpu": {
+                "provider": "systemone",
+                "service": {"name": "cpu", "port": 8200},
+                "model": "default",
+                "schema": "vllm-sr/5.0",
+            },
         },
         "pools": {"vllm-sr/auto": {"members": ["gpu", "cpu"]}, "fast": {"members": ["cpu"]}},
-        "listeners": [{"name": "public", "port": 8801, "apis": {"systemone": {"models": ["vllm-sr/auto", "fast"]}, "chat_completions": {"models": ["gpt-oss-120b"]}}}],
+        "listeners": [
+            {
+                "name": "public",
+                "port": 8801,
+                "apis": {
+                    "systemone": {"models": ["vllm-sr/auto", "fast"]},
+                    "chat_completions": {"models": ["gpt-oss-120b"]},
+                },
+            }
+        ],
     },
-    "sidecar": {"secretEnv": {"VSR_LLM_KEY": {"secretName": "llm-keys", "key": "token"}}, "workers": 2, "exposeMetrics": True},
+    "sidecar": {
+        "secretEnv": {"VSR_LLM_KEY": {"secretName": "llm-keys", "key": "token"}},
+        "workers": 2,
+        "exposeMetrics": True,
+    },
     "envoy": {"autoscaling": {"enabled": True}, "adminAddress": "0.0.0.0", "service": {"type": "LoadBalancer"}},
     "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
-    "networkPolicy": {"enabled": True, "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]},
+    "networkPolicy": {
+        "enabled": True,
+        "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+    },
 }
 
 PUBLIC_40: dict[str, Any] = {
     "config": {
         "version": 2,
         "deployments": {
-            "local": {"provider": "systemone", "service": {"name": "runtime", "port": 8100}, "model": "default", "schema": "vllm-sr/5.0"},
-            "shared": {"provider": "systemone", "service": {"name": "d3", "namespace": "models", "port": 80}, "model": "d3", "schema": "vllm-sr/5.0"},
+            "local": {
+                "provider": "systemone",
+                "service": {"name": "runtime", "port": 8100},
+                "model": "default",
+                "schema": "vllm-sr/5.0",
+            },
+            "shared": {
+                "provider": "systemone",
+                "service": {"name": "d3", "namespace": "models", "port": 80},
+                "model": "d3",
+                "schema": "vllm-sr/5.0",
+            },
             "gateway": {
                 "provider": "systemone",
                 "endpoint": "https://gateway.example.com/v1/systemone",
@@ -77,12 +140,26 @@ PUBLIC_40: dict[str, Any] = {
         },
         "pools": {"vllm-sr/auto": {"members": ["local", "shared", "gateway"]}},
         "listeners": [
-            {"name": "public", "port": 8801, "auth": {"keys_file": "/etc/vllm-sr/keys/public.txt"}, "apis": {"systemone": {"schema": "vllm-sr/4.0", "models": ["vllm-sr/auto"], "max_deadline_ms": 3000}}},
-            {"name": "internal", "address": "127.0.0.1", "port": 8802, "auth": {"keys_env": "VSR_INTERNAL_KEYS"}, "apis": {"systemone": {"models": ["vllm-sr/auto", "d3"]}}},
+            {
+                "name": "public",
+                "port": 8801,
+                "auth": {"keys_file": "/etc/vllm-sr/keys/public.txt"},
+                "apis": {"systemone": {"schema": "vllm-sr/4.0", "models": ["vllm-sr/auto"], "max_deadline_ms": 3000}},
+            },
+            {
+                "name": "internal",
+                "address": "127.0.0.1",
+                "port": 8802,
+                "auth": {"keys_env": "VSR_INTERNAL_KEYS"},
+                "apis": {"systemone": {"models": ["vllm-sr/auto", "d3"]}},
+            },
         ],
     },
     "sidecar": {
-        "secretEnv": {"VSR_GATEWAY_KEY": {"secretName": "gateway", "key": "key"}, "VSR_INTERNAL_KEYS": {"secretName": "listener-keys", "key": "internal"}},
+        "secretEnv": {
+            "VSR_GATEWAY_KEY": {"secretName": "gateway", "key": "key"},
+            "VSR_INTERNAL_KEYS": {"secretName": "listener-keys", "key": "internal"},
+        },
         "secretFiles": [{"secretName": "listener-keys-public", "mountPath": "/etc/vllm-sr/keys"}],
     },
 }
@@ -111,10 +188,14 @@ def test_every_object_is_valid_kubernetes(rendered: dict[str, list[dict[str, Any
             try:
                 kubernetes_validate.validate(obj, version, strict=True)
             except kubernetes_validate.ValidationError as exc:
-                raise AssertionError(f"{name}: {obj['kind']} {obj['metadata']['name']} (Kubernetes {version}): {exc.message} at {list(exc.path)}") from None
+                raise AssertionError(
+                    f"{name}: {obj['kind']} {obj['metadata']['name']} (Kubernetes {version}): {exc.message} at {list(exc.path)}"
+                ) from None
 
 
-def test_every_config_the_chart_ships_passes_config_validate(rendered: dict[str, list[dict[str, Any]]], tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_every_config_the_chart_ships_passes_config_validate(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path, cli
+) -> None:  # type: ignore[no-untyped-def]
     files = []
     for name, objs in rendered.items():
         path = tmp_path / f"{name}.yaml"
@@ -131,13 +212,36 @@ def test_the_default_config_is_the_charts_file_with_its_comments(rendered: dict[
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"config": {"version": 2, "listeners": [{"name": "public", "port": 70000}]}}, "at '/config/listeners/0/port': maximum: got 70,000, want 65,535"),
+        (
+            {"config": {"version": 2, "listeners": [{"name": "public", "port": 70000}]}},
+            "at '/config/listeners/0/port': maximum: got 70,000, want 65,535",
+        ),
         ({"config": {"version": 2, "listenrs": []}}, "at '/config': additional properties 'listenrs' not allowed"),
         (
-            {"config": {"version": 2, "deployments": {"a": {"provider": "systemone", "model": "m", "endpoint": "http://x/", "service": {"name": "rt", "port": 1}}}}},
+            {
+                "config": {
+                    "version": 2,
+                    "deployments": {
+                        "a": {
+                            "provider": "systemone",
+                            "model": "m",
+                            "endpoint": "http://x/",
+                            "service": {"name": "rt", "port": 1},
+                        }
+                    },
+                }
+            },
             "at '/config/deployments/a': 'oneOf' failed, subschemas 0, 1 matched",
         ),
-        ({"config": {"version": 2, "deployments": {"a": {"provider": "systemone", "model": "m", "service": {"name": "RT", "port": 1}}}}}, "at '/config/deployments/a/service/name'"),
+        (
+            {
+                "config": {
+                    "version": 2,
+                    "deployments": {"a": {"provider": "systemone", "model": "m", "service": {"name": "RT", "port": 1}}},
+                }
+            },
+            "at '/config/deployments/a/service/name'",
+        ),
         ({"runtimes": {"gpu": {"device": "tpu"}}}, "at '/runtimes/gpu/device': value must be one of 'cpu', 'cuda'"),
         ({"envoy": {"ads": "grpc"}}, "at '/envoy/ads': value must be one of 'delta', 'sotw'"),
     ],
@@ -153,17 +257,36 @@ def test_a_value_of_the_wrong_shape_is_refused_naming_it(values: dict[str, Any],
     [
         (
             ONE_POOL,
-            {"config": {**ONE_POOL["config"], "deployments": {"d3": {**ONE_POOL["config"]["deployments"]["d3"], "service": {"name": "d3", "port": 9000}}}}},
+            {
+                "config": {
+                    **ONE_POOL["config"],
+                    "deployments": {
+                        "d3": {**ONE_POOL["config"]["deployments"]["d3"], "service": {"name": "d3", "port": 9000}}
+                    },
+                }
+            },
             "config.deployments.d3.service.port is 9000, but runtime group d3 listens on 8100 (runtimes.d3.port)",
         ),
         (
             ONE_POOL,
-            {"config": {**ONE_POOL["config"], "deployments": {"d3": {**ONE_POOL["config"]["deployments"]["d3"], "model": "d3"}}}},
+            {
+                "config": {
+                    **ONE_POOL["config"],
+                    "deployments": {"d3": {**ONE_POOL["config"]["deployments"]["d3"], "model": "d3"}},
+                }
+            },
             'config.deployments.d3.model is "d3", but runtime group d3 serves "d3-turbo"',
         ),
         (
             ONE_POOL,
-            {"config": {**ONE_POOL["config"], "deployments": {"d3": {"provider": "systemone", "service": {"name": "d3", "port": 8100}, "model": "d3-turbo"}}}},
+            {
+                "config": {
+                    **ONE_POOL["config"],
+                    "deployments": {
+                        "d3": {"provider": "systemone", "service": {"name": "d3", "port": 8100}, "model": "d3-turbo"}
+                    },
+                }
+            },
             "config.deployments.d3.schema is systemone/0.2 (the default), but runtime group d3 speaks vllm-sr/5.0 (runtimes.d3.schema)",
         ),
         (
@@ -173,13 +296,34 @@ def test_a_value_of_the_wrong_shape_is_refused_naming_it(values: dict[str, Any],
         ),
         (
             GPU_AND_CPU,
-            {"config": {**GPU_AND_CPU["config"], "deployments": {**GPU_AND_CPU["config"]["deployments"], "gpu": {k: v for k, v in GPU_AND_CPU["config"]["deployments"]["gpu"].items() if k != "api_key_env"}}}},
+            {
+                "config": {
+                    **GPU_AND_CPU["config"],
+                    "deployments": {
+                        **GPU_AND_CPU["config"]["deployments"],
+                        "gpu": {
+                            k: v for k, v in GPU_AND_CPU["config"]["deployments"]["gpu"].items() if k != "api_key_env"
+                        },
+                    },
+                }
+            },
             "config.deployments.gpu: runtime group gpu requires a key (runtimes.gpu.apiKey); give the deployment api_key_env",
         ),
-        (GPU_AND_CPU, {"runtimes": {**GPU_AND_CPU["runtimes"], "gpu": {**GPU_AND_CPU["runtimes"]["gpu"], "weights": {"source": "pvc"}}}}, "runtimes.gpu.weights.source is pvc: give runtimes.gpu.weights.pvc.claimName"),
+        (
+            GPU_AND_CPU,
+            {
+                "runtimes": {
+                    **GPU_AND_CPU["runtimes"],
+                    "gpu": {**GPU_AND_CPU["runtimes"]["gpu"], "weights": {"source": "pvc"}},
+                }
+            },
+            "runtimes.gpu.weights.source is pvc: give runtimes.gpu.weights.pvc.claimName",
+        ),
     ],
 )
-def test_what_only_the_chart_can_cross_check_fails_naming_the_value(base: dict[str, Any], values: dict[str, Any], message: str) -> None:
+def test_what_only_the_chart_can_cross_check_fails_naming_the_value(
+    base: dict[str, Any], values: dict[str, Any], message: str
+) -> None:
     with pytest.raises(helm.HelmRenderError) as refused:
         render({**base, **values})
     assert message in str(refused.value)
@@ -188,10 +332,14 @@ def test_what_only_the_chart_can_cross_check_fails_naming_the_value(base: dict[s
 def test_a_listener_keys_file_must_lie_in_a_mounted_secret() -> None:
     with pytest.raises(helm.HelmRenderError) as refused:
         render({**PUBLIC_40, "sidecar": {**PUBLIC_40["sidecar"], "secretFiles": []}})
-    assert "config.listeners[0].auth.keys_file /etc/vllm-sr/keys/public.txt is in no mounted Secret" in str(refused.value)
+    assert "config.listeners[0].auth.keys_file /etc/vllm-sr/keys/public.txt is in no mounted Secret" in str(
+        refused.value
+    )
 
 
-def test_envoy_and_the_sidecar_share_a_pod_the_control_plane_serves_both(rendered: dict[str, list[dict[str, Any]]]) -> None:
+def test_envoy_and_the_sidecar_share_a_pod_the_control_plane_serves_both(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
     objs = rendered["default"]
     envoy = find(objs, "Deployment", f"{RELEASE}-vllm-sr-envoy")
     names = [c["name"] for c in envoy["spec"]["template"]["spec"]["containers"]]
@@ -205,8 +353,13 @@ def test_envoy_and_the_sidecar_share_a_pod_the_control_plane_serves_both(rendere
     assert plane["args"][plane["args"].index("--sidecar") + 1] == "unix:/var/run/vllm-sr/extproc.sock"
     for c in (sidecar, container(envoy, "envoy")):
         assert {"name": "sidecar-socket", "mountPath": "/var/run/vllm-sr"} in c["volumeMounts"]
-    assert {"name": "sidecar-socket", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}} in envoy["spec"]["template"]["spec"]["volumes"]
-    assert plane["readinessProbe"]["httpGet"]["path"] == "/healthz" and plane["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert {"name": "sidecar-socket", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}} in envoy["spec"][
+        "template"
+    ]["spec"]["volumes"]
+    assert (
+        plane["readinessProbe"]["httpGet"]["path"] == "/healthz"
+        and plane["livenessProbe"]["httpGet"]["path"] == "/livez"
+    )
     service = find(objs, "Service", f"{RELEASE}-vllm-sr-envoy")
     assert [p["port"] for p in service["spec"]["ports"]] == [8801]
 
@@ -227,10 +380,14 @@ def test_runtime_groups_for_gpu_and_cpu_nodes(rendered: dict[str, list[dict[str,
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     assert runtime["startupProbe"]["httpGet"]["path"] == "/health"
-    assert runtime["startupProbe"]["periodSeconds"] * runtime["startupProbe"]["failureThreshold"] == 1800  # 30 min to load
+    assert (
+        runtime["startupProbe"]["periodSeconds"] * runtime["startupProbe"]["failureThreshold"] == 1800
+    )  # 30 min to load
     assert runtime["readinessProbe"]["httpGet"]["path"] == "/health"
     (init,) = pod["initContainers"]
-    assert init["image"] == "registry.example/d3-ultra-weights:1" and init["volumeMounts"] == [{"name": "models", "mountPath": "/models"}]
+    assert init["image"] == "registry.example/d3-ultra-weights:1" and init["volumeMounts"] == [
+        {"name": "models", "mountPath": "/models"}
+    ]
     assert {"name": "models", "mountPath": "/models", "readOnly": True} in runtime["volumeMounts"]
     cpu = find(objs, "Deployment", "cpu")
     assert container(cpu, "runtime")["image"] == "vllm-sr/runtime:0.1.0-cpu"
@@ -243,36 +400,64 @@ def test_secrets_travel_by_reference_only(rendered: dict[str, list[dict[str, Any
     assert [o for o in objs if o["kind"] == "Secret"] == []  # the chart creates none
     gpu = container(find(objs, "Deployment", "gpu"), "runtime")
     assert gpu["args"][gpu["args"].index("--api-key-env") + 1] == "VSR_RUNTIME_API_KEY"
-    assert {"name": "VSR_RUNTIME_API_KEY", "valueFrom": {"secretKeyRef": {"name": "runtime-keys", "key": "gpu"}}} in gpu["env"]
+    assert {
+        "name": "VSR_RUNTIME_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "runtime-keys", "key": "gpu"}},
+    } in gpu["env"]
     pod = find(objs, "Deployment", f"{RELEASE}-vllm-sr-envoy")
     env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container(pod, "sidecar")["env"]}
     # The runtime group's key, under the name the deployment that calls it gives; never the LLM
     # provider's: Envoy adds that one, and gets both.
     assert env == {"VSR_GPU_KEY": {"name": "runtime-keys", "key": "gpu"}}
     envoy_env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container(pod, "envoy")["env"]}
-    assert envoy_env == {"VSR_GPU_KEY": {"name": "runtime-keys", "key": "gpu"}, "VSR_LLM_KEY": {"name": "llm-keys", "key": "token"}}
+    assert envoy_env == {
+        "VSR_GPU_KEY": {"name": "runtime-keys", "key": "gpu"},
+        "VSR_LLM_KEY": {"name": "llm-keys", "key": "token"},
+    }
     # Two workers share a loopback port: no socket then.
     assert "--socket" not in container(pod, "sidecar")["args"]
     sidecar_40 = container(find(rendered["public-4.0"], "Deployment", f"{RELEASE}-vllm-sr-envoy"), "sidecar")
     assert {"name": "secret-0", "mountPath": "/etc/vllm-sr/keys", "readOnly": True} in sidecar_40["volumeMounts"]
 
 
-def test_discovery_may_list_and_watch_endpointslices_where_the_config_looks(rendered: dict[str, list[dict[str, Any]]]) -> None:
+def test_discovery_may_list_and_watch_endpointslices_where_the_config_looks(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
     roles = [o for o in rendered["public-4.0"] if o["kind"] == "Role"]
-    assert sorted(r["metadata"]["namespace"] for r in roles) == ["ml", "models"]  # the release's, and the shared Service's
+    assert sorted(r["metadata"]["namespace"] for r in roles) == [
+        "ml",
+        "models",
+    ]  # the release's, and the shared Service's
     for role in roles:
-        assert role["rules"] == [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]}]
+        assert role["rules"] == [
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]}
+        ]
     bindings = [o for o in rendered["public-4.0"] if o["kind"] == "RoleBinding"]
-    assert all(b["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-vllm-sr", "namespace": NAMESPACE}] for b in bindings)
+    assert all(
+        b["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-vllm-sr", "namespace": NAMESPACE}]
+        for b in bindings
+    )
 
 
 def test_the_ads_port_is_reachable_only_from_envoy_pods(rendered: dict[str, list[dict[str, Any]]]) -> None:
     policy = find(rendered["gpu-and-cpu"], "NetworkPolicy", f"{RELEASE}-vllm-sr-control-plane")
     ads, status = policy["spec"]["ingress"]
     assert ads["ports"] == [{"port": 18000, "protocol": "TCP"}]
-    assert ads["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "vllm-sr", "app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": "envoy"}}}]
+    assert ads["from"] == [
+        {
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "vllm-sr",
+                    "app.kubernetes.io/instance": RELEASE,
+                    "app.kubernetes.io/component": "envoy",
+                }
+            }
+        }
+    ]
     assert status["ports"] == [{"port": 18001, "protocol": "TCP"}]
-    envoy_pods = find(rendered["gpu-and-cpu"], "Deployment", f"{RELEASE}-vllm-sr-envoy")["spec"]["template"]["metadata"]["labels"]
+    envoy_pods = find(rendered["gpu-and-cpu"], "Deployment", f"{RELEASE}-vllm-sr-envoy")["spec"]["template"][
+        "metadata"
+    ]["labels"]
     assert ads["from"][0]["podSelector"]["matchLabels"].items() <= envoy_pods.items()
 
 
@@ -284,7 +469,11 @@ def test_the_service_monitor_scrapes_what_exists(rendered: dict[str, list[dict[s
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
     expressions = monitor["spec"]["selector"]["matchExpressions"]
     assert {e["operator"] for e in expressions} == {"In"}
-    services = [o for o in objs if o["kind"] == "Service" and all(o["metadata"]["labels"].get(e["key"]) in e["values"] for e in expressions)]
+    services = [
+        o
+        for o in objs
+        if o["kind"] == "Service" and all(o["metadata"]["labels"].get(e["key"]) in e["values"] for e in expressions)
+    ]
     ports = {p["name"] for s in services for p in s["spec"]["ports"]}
     for endpoint in monitor["spec"]["endpoints"]:
         assert set(endpoint) == {"port", "path", "interval"}
@@ -309,7 +498,12 @@ def test_every_value_is_documented_and_described() -> None:
 
 
 def test_the_values_schema_is_generated_from_the_config_schema() -> None:
-    result = subprocess.run([sys.executable, str(ROOT / "deploy" / "helm" / "schema.py"), "--check"], capture_output=True, text=True, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "deploy" / "helm" / "schema.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -330,7 +524,9 @@ def _schema_nodes(node: dict[str, Any], root: dict[str, Any], path: str = "") ->
         here = f"{path}.{key}" if path else key
         out.append((here, child))
         out += _schema_nodes(child, root, here)
-        for branch in child.get("anyOf", []) + ([child["additionalProperties"]] if isinstance(child.get("additionalProperties"), dict) else []):
+        for branch in child.get("anyOf", []) + (
+            [child["additionalProperties"]] if isinstance(child.get("additionalProperties"), dict) else []
+        ):
             out += _schema_nodes(branch, root, here)
             for sub in branch.get("anyOf", []):
                 out += _schema_nodes(sub, root, here)

@@ -32,7 +32,13 @@ from tests.extproc.harness import BIN, Mock, get_status
 pytestmark = [pytest.mark.envoy, pytest.mark.slow]
 MOUNT = "/etc/vllm-sr"
 SOCKETS = "/var/run/vllm-sr"  # the emptyDir Envoy and its sidecar share (the sidecar's Unix socket)
-ASK = json.dumps({"model": "jev-1.13.0", "state": "The export button fails with a 500.", "questions": {"urgent": {"type": "noul", "instructions": "Is it urgent?"}}}).encode()
+ASK = json.dumps(
+    {
+        "model": "jev-1.13.0",
+        "state": "The export button fails with a 500.",
+        "questions": {"urgent": {"type": "noul", "instructions": "Is it urgent?"}},
+    }
+).encode()
 
 
 class ConfigMapVolume:
@@ -63,10 +69,15 @@ def chart_command(deployment: dict[str, Any], name: str, mount: Path) -> list[st
     shared socket volume at ``mount``'s sibling ``run`` (one per test run, as one per pod)."""
     c = container(deployment, name)
     argv = [*c["command"], *c.get("args", [])]
-    return [str(BIN / argv[0]), *(a.replace(MOUNT, str(mount)).replace(SOCKETS, str(mount.parent / "run")) for a in argv[1:])]
+    return [
+        str(BIN / argv[0]),
+        *(a.replace(MOUNT, str(mount)).replace(SOCKETS, str(mount.parent / "run")) for a in argv[1:]),
+    ]
 
 
-def values(ports: dict[str, int], mock: Mock, llm: Upstream, *, chat: bool = False, members: tuple[str, ...] = ("mock",)) -> dict[str, Any]:
+def values(
+    ports: dict[str, int], mock: Mock, llm: Upstream, *, chat: bool = False, members: tuple[str, ...] = ("mock",)
+) -> dict[str, Any]:
     apis: dict[str, Any] = {"systemone": {"models": ["jev-1.13.0"], "max_deadline_ms": 5000}}
     if chat:
         apis["chat_completions"] = {"models": ["chat"]}
@@ -126,15 +137,39 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         (directory / "envoy").mkdir()
         boot = directory / "envoy" / "bootstrap.yaml"
         boot.write_text(find(objs, "ConfigMap", f"{RELEASE}-vllm-sr-envoy")["data"]["bootstrap.yaml"])
-        plane = Proc(chart_command(find(objs, "Deployment", f"{RELEASE}-vllm-sr-control-plane"), "control-plane", volume.root), directory / "plane.log")
+        plane = Proc(
+            chart_command(find(objs, "Deployment", f"{RELEASE}-vllm-sr-control-plane"), "control-plane", volume.root),
+            directory / "plane.log",
+        )
         started.append(plane)
-        wait_for(lambda: plane.alive() and get_status(f"http://127.0.0.1:{ports['status']}/healthz", timeout=1) == 200, timeout=60, what="the control plane to serve")
-        sidecar = Proc(chart_command(find(objs, "Deployment", f"{RELEASE}-vllm-sr-envoy"), "sidecar", volume.root), directory / "sidecar.log")
+        wait_for(
+            lambda: plane.alive() and get_status(f"http://127.0.0.1:{ports['status']}/healthz", timeout=1) == 200,
+            timeout=60,
+            what="the control plane to serve",
+        )
+        sidecar = Proc(
+            chart_command(find(objs, "Deployment", f"{RELEASE}-vllm-sr-envoy"), "sidecar", volume.root),
+            directory / "sidecar.log",
+        )
         started.append(sidecar)
-        wait_for(lambda: sidecar.alive() and get_status(f"http://127.0.0.1:{ports['sidecar_status']}/healthz", timeout=1) == 200, timeout=60, what="the sidecar")
+        wait_for(
+            lambda: (
+                sidecar.alive() and get_status(f"http://127.0.0.1:{ports['sidecar_status']}/healthz", timeout=1) == 200
+            ),
+            timeout=60,
+            what="the sidecar",
+        )
         envoy = Envoy(boot, ports["admin"], directory / "envoy.log")
         started.append(envoy)
-        yield {"ports": ports, "objs": objs, "volume": volume, "mock": mock, "llm": llm, "plane": plane, "directory": directory}
+        yield {
+            "ports": ports,
+            "objs": objs,
+            "volume": volume,
+            "mock": mock,
+            "llm": llm,
+            "plane": plane,
+            "directory": directory,
+        }
     finally:
         for part in reversed(started):
             part.stop()
@@ -143,7 +178,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 def test_the_charts_bootstrap_is_the_compilers(stack: dict[str, Any]) -> None:
     ports = stack["ports"]
     chart = find(stack["objs"], "ConfigMap", f"{RELEASE}-vllm-sr-envoy")["data"]["bootstrap.yaml"]
-    compiled = bootstrap(Settings(xds=Address("127.0.0.1", ports["ads"]), admin=Address("127.0.0.1", ports["admin"]), ads="delta"))
+    compiled = bootstrap(
+        Settings(xds=Address("127.0.0.1", ports["ads"]), admin=Address("127.0.0.1", ports["admin"]), ads="delta")
+    )
     assert to_dict(parse(yaml.safe_load(chart), Bootstrap, "chart")) == to_dict(compiled)
     # With default values Envoy finds the control plane by its Service's DNS name.
     default = find(objects(render()), "ConfigMap", f"{RELEASE}-vllm-sr-envoy")["data"]["bootstrap.yaml"]
@@ -153,32 +190,55 @@ def test_the_charts_bootstrap_is_the_compilers(stack: dict[str, Any]) -> None:
 
 def test_a_request_goes_end_to_end_and_an_upgrade_goes_live(stack: dict[str, Any]) -> None:
     port = stack["ports"]["listener"]
-    wait_for(lambda: request(port, "POST", "/v1/systemone", ASK, {"content-type": "application/json"}).status == 200, timeout=20, what="a System One answer")
+    wait_for(
+        lambda: request(port, "POST", "/v1/systemone", ASK, {"content-type": "application/json"}).status == 200,
+        timeout=20,
+        what="a System One answer",
+    )
     reply = request(port, "POST", "/v1/systemone", ASK, {"content-type": "application/json"})
     assert reply.status == 200 and "urgent" in reply.json()["answers"]
     assert stack["mock"].bodies, "the member was not called"
     chat = json.dumps({"model": "chat", "messages": [{"role": "user", "content": "hi"}]}).encode()
-    assert request(port, "POST", "/v1/chat/completions", chat, {"content-type": "application/json"}).status == 404  # not offered yet
+    assert (
+        request(port, "POST", "/v1/chat/completions", chat, {"content-type": "application/json"}).status == 404
+    )  # not offered yet
 
     # helm upgrade with chat_completions on the listener: a new ConfigMap, a symlink swap, no restart.
     upgraded = objects(render(values(stack["ports"], stack["mock"], stack["llm"], chat=True)))
     stack["volume"].write({"config.yaml": config_text(upgraded)})
-    reply = wait_for(lambda: (r := request(port, "POST", "/v1/chat/completions", chat, {"content-type": "application/json"})).status == 200 and r, timeout=20, what="the upgrade to go live")
+    reply = wait_for(
+        lambda: (
+            (r := request(port, "POST", "/v1/chat/completions", chat, {"content-type": "application/json"})).status
+            == 200
+            and r
+        ),
+        timeout=20,
+        what="the upgrade to go live",
+    )
     assert reply.json()["upstream"] == "llm"
     assert stack["plane"].proc.poll() is None
 
 
 def test_a_dangling_pool_member_keeps_the_control_plane_unready_naming_the_line(stack: dict[str, Any]) -> None:
     ports = dict(stack["ports"], ads=free_port(), status=free_port())
-    objs = objects(render(values(ports, stack["mock"], stack["llm"], members=("mock", "ghost"))))  # the values schema lets it through
+    objs = objects(
+        render(values(ports, stack["mock"], stack["llm"], members=("mock", "ghost")))
+    )  # the values schema lets it through
     volume = ConfigMapVolume(stack["directory"] / "dangling")
     text = config_text(objs)
     volume.write({"config.yaml": text})
     line = next(i for i, row in enumerate(text.splitlines(), 1) if "ghost" in row)
-    plane = Proc(chart_command(find(objs, "Deployment", f"{RELEASE}-vllm-sr-control-plane"), "control-plane", volume.root), stack["directory"] / "dangling.log")
+    plane = Proc(
+        chart_command(find(objs, "Deployment", f"{RELEASE}-vllm-sr-control-plane"), "control-plane", volume.root),
+        stack["directory"] / "dangling.log",
+    )
     try:
         # Up (its status port answers) and unready: the readiness probe's view.
-        wait_for(lambda: plane.alive() and get_status(f"http://127.0.0.1:{ports['status']}/healthz", timeout=1) == 503, timeout=60, what="the control plane's status port")
+        wait_for(
+            lambda: plane.alive() and get_status(f"http://127.0.0.1:{ports['status']}/healthz", timeout=1) == 503,
+            timeout=60,
+            what="the control plane's status port",
+        )
         log = plane.log.read_text()
         assert f"line={line}" in log and "unknown deployment 'ghost'" in log, log[-2000:]
         assert "field='pools[\"vllm-sr/auto\"].members[1]'" in log

@@ -17,12 +17,18 @@ from tests.deploy.chart import CHART, ROOT
 DOCKER = ROOT / "deploy" / "docker"
 DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
 # The chart's image values and the Dockerfile that builds each.
-IMAGES = {"controlPlane": "control-plane.Dockerfile", "runtimeCpu": "runtime-cpu.Dockerfile", "runtimeCuda": "runtime-cuda.Dockerfile"}
+IMAGES = {
+    "controlPlane": "control-plane.Dockerfile",
+    "runtimeCpu": "runtime-cpu.Dockerfile",
+    "runtimeCuda": "runtime-cuda.Dockerfile",
+}
 
 
 def constraints() -> dict[str, str]:
     out = {}
-    for line in (ROOT / "constraints.txt").read_text().splitlines() + (ROOT / "constraints-nodeps.txt").read_text().splitlines():
+    for line in (ROOT / "constraints.txt").read_text().splitlines() + (
+        ROOT / "constraints-nodeps.txt"
+    ).read_text().splitlines():
         if line and not line.startswith("#"):
             name, _, version = line.partition("==")
             out[_norm(name)] = version
@@ -36,7 +42,11 @@ def _norm(name: str) -> str:
 def instructions(path: Path) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments), continuation lines joined, comments dropped."""
     text = re.sub(r"\\\n", " ", "\n".join(l for l in path.read_text().splitlines() if not l.lstrip().startswith("#")))
-    return [(parts[0].upper(), parts[1] if len(parts) > 1 else "") for line in text.splitlines() if (parts := line.strip().split(None, 1))]
+    return [
+        (parts[0].upper(), parts[1] if len(parts) > 1 else "")
+        for line in text.splitlines()
+        if (parts := line.strip().split(None, 1))
+    ]
 
 
 def args(path: Path) -> dict[str, str]:
@@ -92,7 +102,9 @@ def test_every_package_installed_is_at_its_constraints_version(path: Path) -> No
                 continue
             name, _, version = re.match(r"^([A-Za-z0-9_.-]+)(==)?(.*)$", spec).groups()  # type: ignore[union-attr]
             assert version, f"{path.name}: {spec} is not pinned"
-            assert version.split("+")[0] == pins[_norm(name)].split("+")[0], f"{path.name}: {spec} but constraints.txt has {pins[_norm(name)]}"
+            assert version.split("+")[0] == pins[_norm(name)].split("+")[0], (
+                f"{path.name}: {spec} but constraints.txt has {pins[_norm(name)]}"
+            )
 
 
 def test_the_cuda_image_drops_only_torchs_cpu_pin_from_the_constraints() -> None:
@@ -113,7 +125,9 @@ def test_base_images_are_exact_and_run_the_python_the_project_requires(path: Pat
             tag = image.split(":", 1)[1]
             assert re.match(r"^\d+\.\d+\.\d+-", tag), f"{path.name}: {image} is not an exact tag"
             minor = ".".join(tag.split(".")[:2])
-            assert tuple(map(int, low.split("."))) <= tuple(map(int, minor.split("."))) < tuple(map(int, high.split("."))), image
+            assert (
+                tuple(map(int, low.split("."))) <= tuple(map(int, minor.split("."))) < tuple(map(int, high.split(".")))
+            ), image
 
 
 def test_the_charts_default_images_are_the_dockerfiles() -> None:
@@ -123,5 +137,8 @@ def test_the_charts_default_images_are_the_dockerfiles() -> None:
     assert chart["appVersion"] == chart["version"] == version
     for key, dockerfile in IMAGES.items():
         label = labels(DOCKER / dockerfile)
-        assert (values[key]["repository"], values[key]["tag"]) == (label["org.opencontainers.image.title"], label["org.opencontainers.image.version"])
+        assert (values[key]["repository"], values[key]["tag"]) == (
+            label["org.opencontainers.image.title"],
+            label["org.opencontainers.image.version"],
+        )
         assert values[key]["tag"].startswith(version)

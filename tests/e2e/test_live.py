@@ -47,7 +47,15 @@ class Stack:
     envoy: Envoy | None = None
     xds: subprocess.Popen[bytes] | None = None
 
-    def render(self, *, schema: str = "vllm-sr/5.0", chat: bool = True, deadline_ms: int = 3000, internal: bool = False, extra: str = "") -> str:
+    def render(
+        self,
+        *,
+        schema: str = "vllm-sr/5.0",
+        chat: bool = True,
+        deadline_ms: int = 3000,
+        internal: bool = False,
+        extra: str = "",
+    ) -> str:
         p = self.ports
         text = f"""version: 2
 providers:
@@ -58,7 +66,7 @@ deployments:
 listeners:
   - name: public
     address: 127.0.0.1
-    port: {p['public']}
+    port: {p["public"]}
     apis:
       systemone: {{schema: {schema}, max_deadline_ms: {deadline_ms}}}
 """
@@ -76,7 +84,18 @@ listeners:
 
     def start_xds(self) -> None:
         p = self.ports
-        args = ["xds", "serve", "--config", str(self.config), "--host", "127.0.0.1", "--port", str(p["xds"]), "--status-port", str(p["status"])]
+        args = [
+            "xds",
+            "serve",
+            "--config",
+            str(self.config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(p["xds"]),
+            "--status-port",
+            str(p["status"]),
+        ]
         args += ["--sidecar", f"127.0.0.1:{self.sidecar.port}", "--poll-interval", "0.01"]
         log = open(self.directory / "xds.log", "ab")
         self.xds = subprocess.Popen([VLLM_SR, *args], stdout=log, stderr=subprocess.STDOUT)
@@ -107,15 +126,37 @@ listeners:
 
 
 @pytest.fixture(scope="module", params=["sotw", "delta"])
-def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, llm: Upstream, decisions: Upstream, sidecar: ExtProcServer) -> Iterator[Stack]:
+def stack(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    llm: Upstream,
+    decisions: Upstream,
+    sidecar: ExtProcServer,
+) -> Iterator[Stack]:
     directory = tmp_path_factory.mktemp(f"live-{request.param}")
     ports = {name: free_port() for name in ("public", "internal", "admin", "xds", "status")}
     s = Stack(directory, directory / "config.yaml", ports, llm, decisions, sidecar)
     s.write(s.render())
     compiled = subprocess.run(
-        [VLLM_SR, "config", "compile", str(s.config), "-o", str(directory / "out"), "--ads", request.param,
-         "--xds", f"127.0.0.1:{ports['xds']}", "--admin", f"127.0.0.1:{ports['admin']}", "--sidecar", f"127.0.0.1:{sidecar.port}"],
-        capture_output=True, text=True, timeout=60,
+        [
+            VLLM_SR,
+            "config",
+            "compile",
+            str(s.config),
+            "-o",
+            str(directory / "out"),
+            "--ads",
+            request.param,
+            "--xds",
+            f"127.0.0.1:{ports['xds']}",
+            "--admin",
+            f"127.0.0.1:{ports['admin']}",
+            "--sidecar",
+            f"127.0.0.1:{sidecar.port}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert compiled.returncode == 0, compiled.stderr
     s.start_xds()
@@ -197,7 +238,9 @@ def test_an_in_flight_request_survives_a_change_of_its_listener(stack: Stack) ->
     before, after = (compile(load_text(stack.render(deadline_ms=ms)), settings) for ms in (3000, 4500))
     assert before.named(LISTENER)["listener/public"].version != after.named(LISTENER)["listener/public"].version
     result: dict[str, Reply] = {}
-    slow = threading.Thread(target=lambda: result.setdefault("reply", stack.post("/v1/chat/completions", **{"x-test-delay-ms": "1500"})))
+    slow = threading.Thread(
+        target=lambda: result.setdefault("reply", stack.post("/v1/chat/completions", **{"x-test-delay-ms": "1500"}))
+    )
     slow.start()
     # A new deadline changes the Listener itself (its ext_proc message timeout, as checked
     # above), not only its routes: Envoy replaces the listener and drains the old one.
@@ -212,7 +255,9 @@ def test_an_in_flight_request_survives_a_change_of_its_listener(stack: Stack) ->
 def test_an_invalid_edit_changes_nothing_and_is_reported(stack: Stack) -> None:
     before = stack.status()
     stack.write(stack.render(schema="vllm-sr/9.9"))
-    error = wait_for(lambda: (e := stack.status()["last_error"]) and e["at"] != (before["last_error"] or {}).get("at") and e)
+    error = wait_for(
+        lambda: (e := stack.status()["last_error"]) and e["at"] != (before["last_error"] or {}).get("at") and e
+    )
     (problem,) = error["problems"]
     assert problem["field"] == "listeners[0].apis.systemone.schema"
     assert problem["line"] == 12
@@ -230,7 +275,9 @@ def test_a_config_envoy_refuses_is_logged_with_envoys_message(stack: Stack) -> N
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        clash = f"  - {{name: clash, address: 127.0.0.1, port: {port}, apis: {{chat_completions: {{models: [llm-a]}}}}}}\n"
+        clash = (
+            f"  - {{name: clash, address: 127.0.0.1, port: {port}, apis: {{chat_completions: {{models: [llm-a]}}}}}}\n"
+        )
         stack.write(stack.render(extra=clash))
         nack = wait_for(lambda: stack.status()["nodes"][0]["types"]["listeners"]["nack"], what="Envoy's NACK")
         # Valid and published, but not live: the reload says so, with Envoy's own words (issue 22).
@@ -249,7 +296,9 @@ def test_a_config_envoy_refuses_is_logged_with_envoys_message(stack: Stack) -> N
     def converged() -> dict | None:  # type: ignore[type-arg]
         status = stack.status()
         types = status["nodes"][0]["types"].values()
-        ok = status["last_reload"]["result"] == "ok" and all(t["pushed"] == t["acked"] and t["nack"] is None for t in types)
+        ok = status["last_reload"]["result"] == "ok" and all(
+            t["pushed"] == t["acked"] and t["nack"] is None for t in types
+        )
         return status if ok else None
 
     status = wait_for(converged, what="the reload ok and every type pushed == acked, no NACK standing")
@@ -265,7 +314,11 @@ def test_killing_and_restarting_the_control_plane_leaves_traffic_flowing_and_env
     assert stack.post("/v1/chat/completions").json()["upstream"] == "llm"
     stack.write(stack.render(schema="vllm-sr/4.0"))  # edited while the control plane is down
     stack.start_xds()
-    wait_for(lambda: stack.post("/v1/systemone").json()["metadata"]["x-vsr-schema"] == "vllm-sr/4.0", timeout=30, what="Envoy to resync")
+    wait_for(
+        lambda: stack.post("/v1/systemone").json()["metadata"]["x-vsr-schema"] == "vllm-sr/4.0",
+        timeout=30,
+        what="Envoy to resync",
+    )
     stack.apply(stack.render(schema="vllm-sr/4.0"))  # and the status shows the node in sync
     same_envoy(stack, pid)
     stack.apply(stack.render())
@@ -274,4 +327,6 @@ def test_killing_and_restarting_the_control_plane_leaves_traffic_flowing_and_env
 def test_no_deprecated_feature_was_used(stack: Stack) -> None:
     assert stack.envoy is not None
     assert stack.envoy.stat("runtime.deprecated_feature_use") == 0
-    assert stack.envoy.stat("listener_manager.lds.update_rejected") >= 1  # the NACK test's refusal, and only Envoy saw it
+    assert (
+        stack.envoy.stat("listener_manager.lds.update_rejected") >= 1
+    )  # the NACK test's refusal, and only Envoy saw it

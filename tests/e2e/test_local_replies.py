@@ -44,7 +44,10 @@ DEADLINE_MS = 100
 
 
 def _set(key: str, value: str) -> base_pb2.HeaderValueOption:
-    return base_pb2.HeaderValueOption(header=base_pb2.HeaderValue(key=key, raw_value=value.encode()), append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD)
+    return base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key=key, raw_value=value.encode()),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+    )
 
 
 class Misbehaving(pb_grpc.ExternalProcessorServicer):
@@ -52,12 +55,16 @@ class Misbehaving(pb_grpc.ExternalProcessorServicer):
     with an error), ``forward`` (to ``cluster``, with Envoy's upstream timeout ``timeout_ms``);
     anything else is answered 200 at once."""
 
-    def Process(self, request_iterator: Iterator[pb.ProcessingRequest], context: grpc.ServicerContext) -> Iterator[pb.ProcessingResponse]:
+    def Process(
+        self, request_iterator: Iterator[pb.ProcessingRequest], context: grpc.ServicerContext
+    ) -> Iterator[pb.ProcessingResponse]:
         for req in request_iterator:
             kind = req.WhichOneof("request")
             if kind == "request_headers":
                 if req.request_headers.end_of_stream:
-                    yield pb.ProcessingResponse(immediate_response=pb.ImmediateResponse(status=http_status_pb2.HttpStatus(code=200), body=b"{}"))
+                    yield pb.ProcessingResponse(
+                        immediate_response=pb.ImmediateResponse(status=http_status_pb2.HttpStatus(code=200), body=b"{}")
+                    )
                     return
                 yield pb.ProcessingResponse(request_headers=pb.HeadersResponse())
             elif kind == "request_body":
@@ -69,12 +76,21 @@ class Misbehaving(pb_grpc.ExternalProcessorServicer):
                 if do == "fail":
                     context.abort(grpc.StatusCode.INTERNAL, "a sidecar that fails")
                 if do == "forward":
-                    sets = [_set(names.CLUSTER_HEADER, doc["cluster"]), _set("x-envoy-upstream-rq-timeout-ms", str(doc.get("timeout_ms", 5000)))]
+                    sets = [
+                        _set(names.CLUSTER_HEADER, doc["cluster"]),
+                        _set("x-envoy-upstream-rq-timeout-ms", str(doc.get("timeout_ms", 5000))),
+                    ]
                     sets.append(_set("x-test-delay-ms", str(doc.get("delay_ms", 0))))
-                    common = pb.CommonResponse(header_mutation=pb.HeaderMutation(set_headers=sets), clear_route_cache=True)
+                    common = pb.CommonResponse(
+                        header_mutation=pb.HeaderMutation(set_headers=sets), clear_route_cache=True
+                    )
                     yield pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
                     continue
-                yield pb.ProcessingResponse(immediate_response=pb.ImmediateResponse(status=http_status_pb2.HttpStatus(code=200), body=b'{"ok":true}'))
+                yield pb.ProcessingResponse(
+                    immediate_response=pb.ImmediateResponse(
+                        status=http_status_pb2.HttpStatus(code=200), body=b'{"ok":true}'
+                    )
+                )
                 return
             elif kind == "response_headers":
                 yield pb.ProcessingResponse(response_headers=pb.HeadersResponse())
@@ -84,7 +100,9 @@ class Misbehaving(pb_grpc.ExternalProcessorServicer):
 
 @pytest.fixture(scope="module")
 def listeners(tmp_path_factory: pytest.TempPathFactory, decisions: Upstream) -> Iterator[dict[str, int]]:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[("grpc.max_receive_message_length", MAX_MESSAGE)])
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=8), options=[("grpc.max_receive_message_length", MAX_MESSAGE)]
+    )
     pb_grpc.add_ExternalProcessorServicer_to_server(Misbehaving(), server)
     sidecar = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -110,14 +128,18 @@ listeners:
 
 
 def _post(port: int, doc: dict[str, Any], **headers: str) -> Reply:
-    return request(port, "POST", "/v1/systemone", json.dumps(doc).encode(), {"content-type": "application/json", **headers})
+    return request(
+        port, "POST", "/v1/systemone", json.dumps(doc).encode(), {"content-type": "application/json", **headers}
+    )
 
 
 def _big_body(port: int, size: int) -> Reply:
     """POST ``size`` bytes as a client that reads the answer as soon as it comes: Envoy answers
     413 once its buffer is full and stops reading, so a client that only writes would block."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-        s.sendall(f"POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {size}\r\n\r\n".encode())
+        s.sendall(
+            f"POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {size}\r\n\r\n".encode()
+        )
         chunk = b" " * (1 << 20)
         sent = 0
         while sent < size and not select.select([s], [], [], 0)[0]:
@@ -130,7 +152,9 @@ def _big_body(port: int, size: int) -> Reply:
                 break
             raw += part
             head, sep, body = raw.partition(b"\r\n\r\n")
-            length = next((int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")), None)
+            length = next(
+                (int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")), None
+            )
             if sep and length is not None and len(body) >= length:
                 break
     head, _, body = raw.partition(b"\r\n\r\n")

@@ -91,7 +91,11 @@ class VersionedSidecar(pb_grpc.ExternalProcessorServicer):
         self.versions: dict[str, dict[str, Any]] = {}
         self._lock = threading.Condition()
         # Retry soon: the control plane starts after the sidecar here.
-        backoff = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.min_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 200)]
+        backoff = [
+            ("grpc.initial_reconnect_backoff_ms", 50),
+            ("grpc.min_reconnect_backoff_ms", 50),
+            ("grpc.max_reconnect_backoff_ms", 200),
+        ]
         self._channel = grpc.insecure_channel(f"127.0.0.1:{xds_port}", options=backoff)
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         first = discovery_pb2.DeltaDiscoveryRequest(type_url=SIDECAR, resource_names_subscribe=["sidecar/public"])
@@ -141,7 +145,9 @@ class VersionedSidecar(pb_grpc.ExternalProcessorServicer):
                     append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
                 )
                 # Clear the route cache so that Envoy picks the cluster from the header.
-                common = pb.CommonResponse(header_mutation=pb.HeaderMutation(set_headers=[header]), clear_route_cache=True)
+                common = pb.CommonResponse(
+                    header_mutation=pb.HeaderMutation(set_headers=[header]), clear_route_cache=True
+                )
                 yield pb.ProcessingResponse(request_body=pb.BodyResponse(response=common))
             elif kind == "response_headers":
                 yield pb.ProcessingResponse(response_headers=pb.HeadersResponse())
@@ -157,7 +163,9 @@ class VersionedSidecar(pb_grpc.ExternalProcessorServicer):
 
 def _reply(code: int, message: str) -> pb.ProcessingResponse:
     return pb.ProcessingResponse(
-        immediate_response=pb.ImmediateResponse(status=http_status_pb2.HttpStatus(code=code), body=json.dumps({"detail": message}).encode())
+        immediate_response=pb.ImmediateResponse(
+            status=http_status_pb2.HttpStatus(code=code), body=json.dumps({"detail": message}).encode()
+        )
     )
 
 
@@ -173,7 +181,7 @@ providers:
     text += f"""listeners:
   - name: public
     address: 127.0.0.1
-    port: {ports['public']}
+    port: {ports["public"]}
     apis:
       systemone: {{schema: vllm-sr/5.0}}
       chat_completions: {{models: [llm-a]}}
@@ -197,7 +205,13 @@ class Traffic:
     def _run(self, kind: str) -> None:
         while not self._stop.is_set():
             if kind == "systemone":
-                reply = send(self.port, "POST", "/v1/systemone", json.dumps({"model": "d-new"}).encode(), {"content-type": "application/json"})
+                reply = send(
+                    self.port,
+                    "POST",
+                    "/v1/systemone",
+                    json.dumps({"model": "d-new"}).encode(),
+                    {"content-type": "application/json"},
+                )
             else:
                 reply = send(self.port, "POST", "/v1/responses", b"{}", {"content-type": "application/json"})
             self.seen[kind].append(reply.status)
@@ -220,22 +234,65 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, 
         sidecar = VersionedSidecar(ports["xds"])
         cleanup.callback(sidecar.stop)
         compiled = subprocess.run(
-            [VLLM_SR, "config", "compile", str(config), "-o", str(tmp_path / "out"), "--ads", request.param,
-             "--xds", f"127.0.0.1:{ports['xds']}", "--admin", f"127.0.0.1:{ports['admin']}", "--sidecar", f"127.0.0.1:{sidecar.port}"],
-            capture_output=True, text=True, timeout=60,
+            [
+                VLLM_SR,
+                "config",
+                "compile",
+                str(config),
+                "-o",
+                str(tmp_path / "out"),
+                "--ads",
+                request.param,
+                "--xds",
+                f"127.0.0.1:{ports['xds']}",
+                "--admin",
+                f"127.0.0.1:{ports['admin']}",
+                "--sidecar",
+                f"127.0.0.1:{sidecar.port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert compiled.returncode == 0, compiled.stderr
         xds = subprocess.Popen(
-            [VLLM_SR, "xds", "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(ports["xds"]),
-             "--status-port", str(ports["status"]), "--sidecar", f"127.0.0.1:{sidecar.port}", "--poll-interval", "0.01"],
-            stdout=open(tmp_path / "xds.log", "wb"), stderr=subprocess.STDOUT,
+            [
+                VLLM_SR,
+                "xds",
+                "serve",
+                "--config",
+                str(config),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(ports["xds"]),
+                "--status-port",
+                str(ports["status"]),
+                "--sidecar",
+                f"127.0.0.1:{sidecar.port}",
+                "--poll-interval",
+                "0.01",
+            ],
+            stdout=open(tmp_path / "xds.log", "wb"),
+            stderr=subprocess.STDOUT,
         )
         cleanup.callback(_stop, xds)
         wait_for(lambda: sidecar.versions, timeout=30, what="the sidecar to get its data")
         envoy = Envoy(tmp_path / "out" / "bootstrap.yaml", ports["admin"], tmp_path / "envoy.log")
         cleanup.callback(envoy.stop)
-        wait_for(lambda: send(ports["public"], "POST", "/v1/chat/completions", b"{}").status == 200, timeout=30, what="Envoy to serve")
-        yield {"ports": ports, "config": config, "upstream": upstream, "envoy": envoy, "sidecar": sidecar, "dir": tmp_path}
+        wait_for(
+            lambda: send(ports["public"], "POST", "/v1/chat/completions", b"{}").status == 200,
+            timeout=30,
+            what="Envoy to serve",
+        )
+        yield {
+            "ports": ports,
+            "config": config,
+            "upstream": upstream,
+            "envoy": envoy,
+            "sidecar": sidecar,
+            "dir": tmp_path,
+        }
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -254,7 +311,9 @@ def write(path: Path, text: str) -> None:
 
 
 def both_answer(port: int, status: int) -> bool:
-    systemone = send(port, "POST", "/v1/systemone", json.dumps({"model": "d-new"}).encode(), {"content-type": "application/json"}).status
+    systemone = send(
+        port, "POST", "/v1/systemone", json.dumps({"model": "d-new"}).encode(), {"content-type": "application/json"}
+    ).status
     return systemone == status and send(port, "POST", "/v1/responses", b"{}").status == status
 
 

@@ -43,7 +43,9 @@ listeners:
 
 
 @pytest.fixture(scope="module")
-def envoy(tmp_path_factory: pytest.TempPathFactory, llm: Upstream, decisions: Upstream, sidecar: ExtProcServer) -> Iterator[tuple[Envoy, int]]:
+def envoy(
+    tmp_path_factory: pytest.TempPathFactory, llm: Upstream, decisions: Upstream, sidecar: ExtProcServer
+) -> Iterator[tuple[Envoy, int]]:
     port, admin = free_port(), free_port()
     settings = Settings(sidecar=Address("127.0.0.1", sidecar.port), admin=Address("127.0.0.1", admin))
     directory = tmp_path_factory.mktemp("static")
@@ -74,8 +76,13 @@ def test_one_llm_model_is_served_straight_from_its_provider(envoy: tuple[Envoy, 
     assert EchoProcessor.streams == before
 
 
-@pytest.mark.parametrize(("path", "api"), [("/v1/messages", "messages"), ("/v1/responses", "responses"), ("/v1/images/generations", "images")])
-def test_an_api_the_listener_does_not_offer_is_404_naming_it_without_python(envoy: tuple[Envoy, int], path: str, api: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "api"),
+    [("/v1/messages", "messages"), ("/v1/responses", "responses"), ("/v1/images/generations", "images")],
+)
+def test_an_api_the_listener_does_not_offer_is_404_naming_it_without_python(
+    envoy: tuple[Envoy, int], path: str, api: str
+) -> None:
     _, port = envoy
     before = EchoProcessor.streams
     reply = request(port, "POST", path, b"{}")
@@ -103,7 +110,9 @@ def test_models_listing_goes_to_the_sidecar_and_only_by_get(envoy: tuple[Envoy, 
 def test_a_zstd_body_reaches_the_sidecar_decompressed(envoy: tuple[Envoy, int]) -> None:
     _, port = envoy
     body = json.dumps({"state": "x" * 4096}).encode()  # the SDK compresses bodies of 1 KiB and more
-    reply = request(port, "POST", "/v1/systemone", zstandard.ZstdCompressor().compress(body), {"content-encoding": "zstd"})
+    reply = request(
+        port, "POST", "/v1/systemone", zstandard.ZstdCompressor().compress(body), {"content-encoding": "zstd"}
+    )
     assert reply.status == 200
     assert reply.json()["body_bytes"] == len(body)
 

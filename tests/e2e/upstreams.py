@@ -115,7 +115,9 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
         for req in request_iterator:
             kind = req.WhichOneof("request")
             if kind == "request_headers":
-                headers = {h.key: (h.raw_value or h.value.encode()).decode() for h in req.request_headers.headers.headers}
+                headers = {
+                    h.key: (h.raw_value or h.value.encode()).decode() for h in req.request_headers.headers.headers
+                }
                 path = headers.get(":path", "")
                 client_cluster = headers.get("x-vsr-cluster")
                 if req.request_headers.end_of_stream:
@@ -145,7 +147,15 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
             parsed = json.loads(body) if body else None
         except ValueError:
             parsed = "<not json>"
-        out = json.dumps({"metadata": metadata, "path": path, "body_bytes": len(body), "json": parsed, "client_cluster": client_cluster})
+        out = json.dumps(
+            {
+                "metadata": metadata,
+                "path": path,
+                "body_bytes": len(body),
+                "json": parsed,
+                "client_cluster": client_cluster,
+            }
+        )
         return pb.ProcessingResponse(
             immediate_response=pb.ImmediateResponse(
                 status=http_status_pb2.HttpStatus(code=http_status_pb2.OK),

@@ -30,7 +30,17 @@ RUNTIME_KEY = "runtime-key-1"
 PROVIDER_KEY = "provider-key-1"
 
 
-def render(ports: dict[str, int], runtimes: dict[str, Runtime], mock: Mock, busy: Mock, llm: str, *, v40_schema: str = "vllm-sr/4.0", auto: tuple[str, ...] = ("capped", "full"), keys_file: str = "") -> str:
+def render(
+    ports: dict[str, int],
+    runtimes: dict[str, Runtime],
+    mock: Mock,
+    busy: Mock,
+    llm: str,
+    *,
+    v40_schema: str = "vllm-sr/4.0",
+    auto: tuple[str, ...] = ("capped", "full"),
+    keys_file: str = "",
+) -> str:
     r = runtimes
     return f"""version: 2
 providers:
@@ -39,12 +49,12 @@ providers:
     - {{name: chat-b, api_format: chat_completions, endpoints: ["{llm}/openai/v1"], api_key_env: VSR_TEST_PROVIDER_KEY}}
     - {{name: claude-x, api_format: messages, endpoints: ["{llm}/v1"], api_key_env: VSR_TEST_PROVIDER_KEY}}
 deployments:
-  full: {{provider: systemone, endpoint: "{r['full'].url}/v1/systemone", model: tiny, schema: vllm-sr/5.0}}
-  backup: {{provider: systemone, endpoint: "{r['backup'].url}/v1/systemone", model: tiny, schema: vllm-sr/5.0}}
-  capped: {{provider: systemone, endpoint: "{r['capped'].url}/v1/systemone", model: tiny-26, schema: vllm-sr/5.0, api_key_env: VSR_TEST_RUNTIME_KEY}}
+  full: {{provider: systemone, endpoint: "{r["full"].url}/v1/systemone", model: tiny, schema: vllm-sr/5.0}}
+  backup: {{provider: systemone, endpoint: "{r["backup"].url}/v1/systemone", model: tiny, schema: vllm-sr/5.0}}
+  capped: {{provider: systemone, endpoint: "{r["capped"].url}/v1/systemone", model: tiny-26, schema: vllm-sr/5.0, api_key_env: VSR_TEST_RUNTIME_KEY}}
   standard:
     provider: systemone
-    endpoint: "{r['standard'].url}/v1/systemone"
+    endpoint: "{r["standard"].url}/v1/systemone"
     model: tiny-std
     schema: systemone/0.2
     deviations: [state_text]
@@ -72,24 +82,24 @@ pools:
 listeners:
   - name: v40
     address: 127.0.0.1
-    port: {ports['v40']}
+    port: {ports["v40"]}
     apis:
       systemone: {{schema: {v40_schema}, models: [vllm-sr/auto, tiny], max_deadline_ms: 20000}}
   - name: v50
     address: 127.0.0.1
-    port: {ports['v50']}
+    port: {ports["v50"]}
     apis:
       systemone: {{models: [vllm-sr/auto, tiny, tiny-26, ha, gateways, jev-1.13.0, tiny-std, mock, busy-first], max_deadline_ms: 20000}}
   - name: keyed
     address: 127.0.0.1
-    port: {ports['keyed']}
+    port: {ports["keyed"]}
     auth: {{keys_file: "{keys_file}"}}
     apis:
       systemone: {{models: [tiny], max_deadline_ms: 20000}}
       chat_completions: {{models: [chat-a]}}
   - name: chat
     address: 127.0.0.1
-    port: {ports['chat']}
+    port: {ports["chat"]}
     apis:
       chat_completions: {{models: [chat-a, chat-b]}}
       messages: {{models: [claude-x]}}
@@ -133,8 +143,15 @@ def world(tmp_path_factory: pytest.TempPathFactory, tiny: Path) -> Iterator[Worl
         plane = Plane(directory, text(), sidecar_port)
         # Each process gets the keys it uses: the sidecar the runtime's (it calls members itself)
         # and never a provider's; Envoy both, as it adds each upstream's key to what it forwards.
-        sidecar = SidecarProc(directory, plane.port, port=sidecar_port, env={"VSR_TEST_RUNTIME_KEY": RUNTIME_KEY}).wait()
-        envoy = envoy_for(directory, plane, sidecar_port, env={"VSR_TEST_RUNTIME_KEY": RUNTIME_KEY, "VSR_TEST_PROVIDER_KEY": PROVIDER_KEY})
+        sidecar = SidecarProc(
+            directory, plane.port, port=sidecar_port, env={"VSR_TEST_RUNTIME_KEY": RUNTIME_KEY}
+        ).wait()
+        envoy = envoy_for(
+            directory,
+            plane,
+            sidecar_port,
+            env={"VSR_TEST_RUNTIME_KEY": RUNTIME_KEY, "VSR_TEST_PROVIDER_KEY": PROVIDER_KEY},
+        )
         w = World(directory, ports, runtimes, mock, busy, plane, sidecar, envoy, text, {"llm": llm, "keys": keys})
         w.apply(text())
     except BaseException:

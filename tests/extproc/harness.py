@@ -1,10 +1,10 @@
 """Real parts for the sidecar's tests, each started as a user starts it and stopped by the test.
 
-    Runtime     ``vllm-srun serve`` on a tiny checkpoint (a process)
-    Mock        the third-party ``jevcompat mock`` (a thread), recording the calls it gets
-    Plane       the control plane on a config file (in this process), edited as a user does
-    SidecarProc ``vllm-sr extproc serve`` (a process)
-    World       all of them with a real Envoy fed over xDS, on loopback ports
+Runtime     ``vllm-srun serve`` on a tiny checkpoint (a process)
+Mock        the third-party ``jevcompat mock`` (a thread), recording the calls it gets
+Plane       the control plane on a config file (in this process), edited as a user does
+SidecarProc ``vllm-sr extproc serve`` (a process)
+World       all of them with a real Envoy fed over xDS, on loopback ports
 """
 
 from __future__ import annotations
@@ -105,14 +105,32 @@ def capped_checkpoint(source: Path, target: Path, codes: int) -> Path:
 class Runtime:
     """``vllm-srun serve`` as a process; ``start()`` returns at once, ``wait()`` until ready."""
 
-    def __init__(self, folder: Path, log: Path, *, schema: str = "vllm-sr/5.0", port: int | None = None, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        log: Path,
+        *,
+        schema: str = "vllm-sr/5.0",
+        port: int | None = None,
+        api_key: str | None = None,
+    ) -> None:
         self.folder, self.log, self.schema, self.api_key = folder, log, schema, api_key
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Runtime:
-        args = [VLLM_SRUN, "serve", str(self.folder), "--host", "127.0.0.1", "--port", str(self.port), "--systemone-schema", self.schema]
+        args = [
+            VLLM_SRUN,
+            "serve",
+            str(self.folder),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--systemone-schema",
+            self.schema,
+        ]
         env = dict(os.environ)
         if self.api_key:
             args += ["--api-key-env", "VSR_TEST_RUNTIME_KEY"]
@@ -180,7 +198,9 @@ class Plane:
         self.config = directory / "config.yaml"
         self.write(text)
         self.settings = Settings(sidecar=Address("127.0.0.1", sidecar_port))
-        self.plane = ControlPlane(self.config, self.settings, host="127.0.0.1", port=0, status_port=0, poll_interval=0.01)
+        self.plane = ControlPlane(
+            self.config, self.settings, host="127.0.0.1", port=0, status_port=0, poll_interval=0.01
+        )
         self.plane.start()
         self.port = self.plane.port
         self.status_url = f"http://127.0.0.1:{self.plane.status_port}/status"
@@ -198,13 +218,38 @@ class Plane:
 
 
 class SidecarProc:
-    def __init__(self, directory: Path, xds_port: int, *, port: int | None = None, workers: int = 1, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        xds_port: int,
+        *,
+        port: int | None = None,
+        workers: int = 1,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
         self.port = port or free_port()
         self.status_port = free_port()
         self.log = directory / f"extproc-{self.port}.log"
-        cmd = [VLLM_SR, "--log-format", "json", "extproc", "serve", "--xds", f"127.0.0.1:{xds_port}", "--port", str(self.port),
-               "--status-port", str(self.status_port), "--workers", str(workers), *args]
-        self.proc = subprocess.Popen(cmd, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        cmd = [
+            VLLM_SR,
+            "--log-format",
+            "json",
+            "extproc",
+            "serve",
+            "--xds",
+            f"127.0.0.1:{xds_port}",
+            "--port",
+            str(self.port),
+            "--status-port",
+            str(self.status_port),
+            "--workers",
+            str(workers),
+            *args,
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
         self.url = f"http://127.0.0.1:{self.status_port}"
 
     def wait(self, timeout: float = 60) -> SidecarProc:
@@ -283,7 +328,9 @@ class World:
             for node in nodes:
                 for name, t in node["types"].items():
                     acked.setdefault(name, set()).add(t.get("acked") or "")
-            return all(acked.get(TYPE_NAMES[t]) == {expected.type_version(t)} for t in (CLUSTER, LISTENER, ROUTE, SIDECAR))
+            return all(
+                acked.get(TYPE_NAMES[t]) == {expected.type_version(t)} for t in (CLUSTER, LISTENER, ROUTE, SIDECAR)
+            )
 
         wait_for(synced, timeout=30, what="Envoy and the sidecar to ACK the edit")
 
@@ -297,12 +344,30 @@ class World:
             runtime.stop()
 
 
-def envoy_for(directory: Path, plane: Plane, sidecar_port: int, ads: str = "delta", env: dict[str, str] | None = None) -> Envoy:
+def envoy_for(
+    directory: Path, plane: Plane, sidecar_port: int, ads: str = "delta", env: dict[str, str] | None = None
+) -> Envoy:
     admin = free_port()
-    settings = Settings(xds=Address("127.0.0.1", plane.port), sidecar=Address("127.0.0.1", sidecar_port), admin=Address("127.0.0.1", admin), ads=ads)  # type: ignore[arg-type]
+    settings = Settings(
+        xds=Address("127.0.0.1", plane.port),
+        sidecar=Address("127.0.0.1", sidecar_port),
+        admin=Address("127.0.0.1", admin),
+        ads=ads,
+    )  # type: ignore[arg-type]
     boot = directory / "bootstrap.yaml"
     boot.write_text(to_yaml(to_dict(bootstrap(settings))))
     return Envoy(boot, admin, directory / "envoy.log", env=env)
 
 
-__all__ = ["Mock", "Plane", "Runtime", "SidecarProc", "World", "capped_checkpoint", "envoy_for", "get_json", "get_text", "metric"]
+__all__ = [
+    "Mock",
+    "Plane",
+    "Runtime",
+    "SidecarProc",
+    "World",
+    "capped_checkpoint",
+    "envoy_for",
+    "get_json",
+    "get_text",
+    "metric",
+]

@@ -23,7 +23,17 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_help_names_every_option() -> None:
     out = run("--help")
     assert out.returncode == 0
-    for flag in ("--xds", "--port", "--status-port", "--status-host", "--workers", "--listeners", "--version-wait-ms", "--forwarding", "--drain-s"):
+    for flag in (
+        "--xds",
+        "--port",
+        "--status-port",
+        "--status-host",
+        "--workers",
+        "--listeners",
+        "--version-wait-ms",
+        "--forwarding",
+        "--drain-s",
+    ):
         assert flag in out.stdout
 
 
@@ -45,7 +55,24 @@ def test_bad_options_exit_2_with_one_line(args: tuple[str, ...], says: str) -> N
 def test_the_status_port_listens_where_status_host_says(workers: str) -> None:
     """The chart keeps ext_proc on loopback and opens /metrics to Prometheus: two addresses."""
     port = free_port()
-    proc = subprocess.Popen([VLLM_SR, "extproc", "serve", "--xds", "127.0.0.1:1", "--port", str(free_port()), "--status-port", str(port), "--status-host", "127.0.0.2", "--workers", workers], stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            VLLM_SR,
+            "extproc",
+            "serve",
+            "--xds",
+            "127.0.0.1:1",
+            "--port",
+            str(free_port()),
+            "--status-port",
+            str(port),
+            "--status-host",
+            "127.0.0.2",
+            "--workers",
+            workers,
+        ],
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -54,7 +81,9 @@ def test_the_status_port_listens_where_status_host_says(workers: str) -> None:
                     assert r.status == 200 and "workers" in json.loads(r.read())
                 break
             except (urllib.error.URLError, ConnectionError):
-                assert time.monotonic() < deadline and proc.poll() is None, "the status port never answered on 127.0.0.2"
+                assert time.monotonic() < deadline and proc.poll() is None, (
+                    "the status port never answered on 127.0.0.2"
+                )
                 time.sleep(0.2)
         with pytest.raises((urllib.error.URLError, ConnectionError)):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2)
@@ -74,14 +103,22 @@ def test_a_taken_port_exits_2_naming_it(workers: str) -> None:
 
 
 @pytest.mark.envoy
-def test_two_workers_share_the_port_and_one_metrics_view(world: World, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_two_workers_share_the_port_and_one_metrics_view(
+    world: World, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     sidecar = SidecarProc(tmp_path_factory.mktemp("workers"), world.plane.port, workers=2).wait()
     try:
         status = sidecar.status()["workers"]
         assert len(status) == 2 and len({w["pid"] for w in status}) == 2 and all(w["ready"] for w in status)
-        metadata = [("x-vsr-listener", "v50"), ("x-vsr-api", "systemone"), ("x-vsr-config-version", world.plane_sidecar_version("v50"))]
+        metadata = [
+            ("x-vsr-listener", "v50"),
+            ("x-vsr-api", "systemone"),
+            ("x-vsr-config-version", world.plane_sidecar_version("v50")),
+        ]
         for _ in range(12):  # each exchange is a new connection: the kernel spreads them
-            response = _exchange(sidecar.port, metadata, "/v1/systemone", [("content-type", "application/json")], b"{not json")[-1]
+            response = _exchange(
+                sidecar.port, metadata, "/v1/systemone", [("content-type", "application/json")], b"{not json"
+            )[-1]
             assert response.immediate_response.status.code == 422
         text = sidecar.metrics()
         assert metric(text, "vsr_extproc_requests_total", listener="v50", api="systemone", status="422") == 12
@@ -101,7 +138,11 @@ def test_sigterm_lets_open_streams_finish(world: World, tmp_path_factory: pytest
     got: list[int] = []
     metadata = [("x-vsr-listener", "v50"), ("x-vsr-api", "systemone"), ("x-vsr-config-version", "ffffffffffffffff")]
     body = json.dumps(VALID).encode()
-    client = threading.Thread(target=lambda: got.append(_exchange(sidecar.port, metadata, "/v1/systemone", [], body)[-1].immediate_response.status.code))
+    client = threading.Thread(
+        target=lambda: got.append(
+            _exchange(sidecar.port, metadata, "/v1/systemone", [], body)[-1].immediate_response.status.code
+        )
+    )
     client.start()
     import time
 

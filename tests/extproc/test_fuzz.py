@@ -34,15 +34,25 @@ bodies = st.one_of(
     st.text(max_size=200).map(str.encode),
 )
 paths = st.sampled_from(["/v1/systemone", "/v1/systemone/batch", "/v1/decisions", "/v1/models", "/v1/systemone/models"])
-header_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=12).filter(lambda n: not n.startswith("x-envoy") and n not in ("host", "content-length", "transfer-encoding", "connection", "te", "upgrade", "expect", "keep-alive"))
+header_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=12).filter(
+    lambda n: (
+        not n.startswith("x-envoy")
+        and n
+        not in ("host", "content-length", "transfer-encoding", "connection", "te", "upgrade", "expect", "keep-alive")
+    )
+)
 header_values = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=30)
-content_types = st.sampled_from(["application/json", "text/plain", "multipart/form-data; boundary=xyz", "multipart/form-data", ""])
+content_types = st.sampled_from(
+    ["application/json", "text/plain", "multipart/form-data; boundary=xyz", "multipart/form-data", ""]
+)
 
 
 @pytest.fixture(scope="module")
 def worker(world: World) -> Iterator[Worker]:
     """A sidecar worker in this process, on the world's control plane, driven over gRPC."""
-    w = Worker(SidecarSettings(xds=f"127.0.0.1:{world.plane.port}", port=free_port(), status_port=0, version_wait_ms=200))
+    w = Worker(
+        SidecarSettings(xds=f"127.0.0.1:{world.plane.port}", port=free_port(), status_port=0, version_wait_ms=200)
+    )
     thread = threading.Thread(target=lambda: asyncio.run(w.run()), daemon=True)
     thread.start()
     wait_for(w.ready, timeout=30, what="the in-process sidecar")
@@ -51,14 +61,26 @@ def worker(world: World) -> Iterator[Worker]:
     thread.join(30)
 
 
-def _exchange(port: int | str, metadata: list[tuple[str, str]], path: str, headers: list[tuple[str, str]], body: bytes) -> list[pb.ProcessingResponse]:
+def _exchange(
+    port: int | str, metadata: list[tuple[str, str]], path: str, headers: list[tuple[str, str]], body: bytes
+) -> list[pb.ProcessingResponse]:
     """One HTTP request as Envoy would send it to the sidecar, up to the sidecar's answer to its
     last message (a request it forwards is then dropped, as a client that goes away). ``port``:
     a loopback port, or a gRPC target such as ``unix:/path``."""
-    hs = [("x-request-id", "fuzz"), (":method", "GET" if path.endswith("/models") else "POST"), (":path", path), *headers]
+    hs = [
+        ("x-request-id", "fuzz"),
+        (":method", "GET" if path.endswith("/models") else "POST"),
+        (":path", path),
+        *headers,
+    ]
 
     def messages() -> Iterator[pb.ProcessingRequest]:
-        yield pb.ProcessingRequest(request_headers=pb.HttpHeaders(headers=base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in hs]), end_of_stream=not body))
+        yield pb.ProcessingRequest(
+            request_headers=pb.HttpHeaders(
+                headers=base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in hs]),
+                end_of_stream=not body,
+            )
+        )
         if body:
             yield pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))
 
@@ -73,9 +95,20 @@ def _exchange(port: int | str, metadata: list[tuple[str, str]], path: str, heade
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(path=paths, body=bodies, headers=st.lists(st.tuples(header_names, header_values), max_size=4), content_type=content_types)
-def test_random_bodies_over_grpc_get_an_answer_and_never_a_5xx(world: World, worker: Worker, path: str, body: bytes, headers: list[tuple[str, str]], content_type: str) -> None:
-    metadata = [("x-vsr-listener", "v50"), ("x-vsr-api", "models" if path.endswith("/models") else "systemone"), ("x-vsr-config-version", world.plane_sidecar_version("v50"))]
+@given(
+    path=paths,
+    body=bodies,
+    headers=st.lists(st.tuples(header_names, header_values), max_size=4),
+    content_type=content_types,
+)
+def test_random_bodies_over_grpc_get_an_answer_and_never_a_5xx(
+    world: World, worker: Worker, path: str, body: bytes, headers: list[tuple[str, str]], content_type: str
+) -> None:
+    metadata = [
+        ("x-vsr-listener", "v50"),
+        ("x-vsr-api", "models" if path.endswith("/models") else "systemone"),
+        ("x-vsr-config-version", world.plane_sidecar_version("v50")),
+    ]
     responses = _exchange(worker.port, metadata, path, [*headers, ("content-type", content_type)], body)
     assert responses, "the sidecar answered nothing"
     last = responses[-1]
@@ -85,13 +118,19 @@ def test_random_bodies_over_grpc_get_an_answer_and_never_a_5xx(world: World, wor
         json.loads(last.immediate_response.body)  # every answer is JSON in the listener's error form
     else:
         assert last.HasField("request_body")  # forwarded: a cluster is named
-        mutation = {h.header.key: h.header.raw_value.decode() for h in last.request_body.response.header_mutation.set_headers}
+        mutation = {
+            h.header.key: h.header.raw_value.decode() for h in last.request_body.response.header_mutation.set_headers
+        }
         assert mutation["x-vsr-cluster"].startswith("deployment/")
 
 
-def test_an_unknown_config_version_is_503_with_retry_after_never_another_versions_data(world: World, worker: Worker) -> None:
+def test_an_unknown_config_version_is_503_with_retry_after_never_another_versions_data(
+    world: World, worker: Worker
+) -> None:
     metadata = [("x-vsr-listener", "v50"), ("x-vsr-api", "systemone"), ("x-vsr-config-version", "0000000000000000")]
-    answer = _exchange(worker.port, metadata, "/v1/systemone", [("content-type", "application/json")], json.dumps(VALID).encode())[-1].immediate_response
+    answer = _exchange(
+        worker.port, metadata, "/v1/systemone", [("content-type", "application/json")], json.dumps(VALID).encode()
+    )[-1].immediate_response
     assert answer.status.code == 503
     headers = {h.header.key: h.header.raw_value.decode() for h in answer.headers.set_headers}
     assert headers["retry-after"] == "1"
@@ -100,7 +139,11 @@ def test_an_unknown_config_version_is_503_with_retry_after_never_another_version
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(path=paths | st.text(alphabet="/abcv1-_.%", min_size=1, max_size=30).map(lambda p: "/" + p.lstrip("/")), body=bodies, content_type=content_types)
+@given(
+    path=paths | st.text(alphabet="/abcv1-_.%", min_size=1, max_size=30).map(lambda p: "/" + p.lstrip("/")),
+    body=bodies,
+    content_type=content_types,
+)
 def test_random_requests_through_envoy_never_get_a_5xx(world: World, path: str, body: bytes, content_type: str) -> None:
     reply = request(world.listeners["v50"], "POST", path, body, {"content-type": content_type} if content_type else {})
     assert reply.status < 500, (reply.status, reply.body[:300])

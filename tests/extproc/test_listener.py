@@ -17,12 +17,22 @@ pytestmark = pytest.mark.envoy
 STATE = "Our export button fails with a 500 since this morning. Open a ticket."
 NOUL = {"type": "noul", "instructions": "Does the user report a problem that blocks their work?"}
 SEED = {"state": STATE, "questions": {"urgent": NOUL}}
-CHOICE = {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "Payments", "engineering": "Outages and bugs", "other": None}}
+CHOICE = {
+    "type": "choice",
+    "instructions": "Which team?",
+    "criteria": {"billing": "Payments", "engineering": "Outages and bugs", "other": None},
+}
 SCORE = {"type": "score", "instructions": "How angry?", "criteria": ["calm", "annoyed", "furious"]}
 
 
 def direct(world: World, runtime: str, body: dict) -> dict:  # type: ignore[type-arg]
-    reply = request(world.runtimes[runtime].port, "POST", "/v1/systemone", json.dumps(body).encode(), {"content-type": "application/json"})
+    reply = request(
+        world.runtimes[runtime].port,
+        "POST",
+        "/v1/systemone",
+        json.dumps(body).encode(),
+        {"content-type": "application/json"},
+    )
     assert reply.status == 200, reply.body
     return reply.json()  # type: ignore[no-any-return]
 
@@ -53,11 +63,19 @@ def test_an_unknown_model_is_400_naming_the_listener_and_its_models(world: World
     assert reply.status == 400
     body = reply.json()
     assert body["detail"]["error_type"] == "api_usage_error" and body["reason"] == "unknown_model"
-    assert "vllm-sr/vela3-fast" in body["detail"]["message"] and "'v50'" in body["detail"]["message"] and "vllm-sr/auto" in body["detail"]["message"]
+    assert (
+        "vllm-sr/vela3-fast" in body["detail"]["message"]
+        and "'v50'" in body["detail"]["message"]
+        and "vllm-sr/auto" in body["detail"]["message"]
+    )
 
 
 def test_a_bad_request_gets_the_listener_schemas_error_from_the_sidecar(world: World) -> None:
-    v50 = world.post("v50", "/v1/systemone", {"state": "x", "questions": {"q": {"type": "choice", "criteria": {"only": None}}}, "x_extra": 1})
+    v50 = world.post(
+        "v50",
+        "/v1/systemone",
+        {"state": "x", "questions": {"q": {"type": "choice", "criteria": {"only": None}}}, "x_extra": 1},
+    )
     assert v50.status == 400 and v50.json()["reason"] == "unknown_member" and "error" not in v50.json()
     v40 = world.post("v40", "/v1/systemone", {"state": "x", "questions": {}, "x_extra": 1})
     assert v40.status == 400
@@ -69,8 +87,15 @@ def test_a_bad_request_gets_the_listener_schemas_error_from_the_sidecar(world: W
 
 def test_a_4_0_client_gets_4_0_answers_and_the_listener_counts_each_form(world: World) -> None:
     before = world.sidecar.metrics()
-    states = [{"request": "The invoice is wrong", "history": "hello"}, {"request": "The app crashes on start", "history": "hi"}]
-    legacy = {"model": "tiny", "states": states, "questions": {"team": {"type": "choice", "instructions": "Which team?", "choices": ["billing", "engineering"]}}}
+    states = [
+        {"request": "The invoice is wrong", "history": "hello"},
+        {"request": "The app crashes on start", "history": "hi"},
+    ]
+    legacy = {
+        "model": "tiny",
+        "states": states,
+        "questions": {"team": {"type": "choice", "instructions": "Which team?", "choices": ["billing", "engineering"]}},
+    }
     reply = world.post("v40", "/v1/systemone", legacy)
     assert reply.status == 200, reply.body
     doc = reply.json()
@@ -82,17 +107,28 @@ def test_a_4_0_client_gets_4_0_answers_and_the_listener_counts_each_form(world: 
         assert alone.status == 200 and close(alone.json()["answers"], answer)
         assert set(answer["team"]["probabilities"]) == {"billing", "engineering"}
     after = world.sidecar.metrics()
-    counted = {form: metric(after, "vsr_systemone_listener_diagnostics_total", listener="v40", form=form) - metric(before, "vsr_systemone_listener_diagnostics_total", listener="v40", form=form)
-               for form in ("states", "choices", "implicit_roles", "passthrough", "convert")}
+    counted = {
+        form: metric(after, "vsr_systemone_listener_diagnostics_total", listener="v40", form=form)
+        - metric(before, "vsr_systemone_listener_diagnostics_total", listener="v40", form=form)
+        for form in ("states", "choices", "implicit_roles", "passthrough", "convert")
+    }
     assert counted["states"] == 1 and counted["choices"] == 3 and counted["implicit_roles"] == 3
     assert counted["passthrough"] == 3  # 4.0 forms on a 4.0 listener go on as the client's bytes
     # A request that names the pool gets the member's name written in: the internal form.
     assert world.post("v40", "/v1/systemone", {**SEED, "model": "vllm-sr/auto"}).status == 200
-    assert metric(world.sidecar.metrics(), "vsr_systemone_listener_diagnostics_total", listener="v40", form="convert") > metric(after, "vsr_systemone_listener_diagnostics_total", listener="v40", form="convert")
+    assert metric(
+        world.sidecar.metrics(), "vsr_systemone_listener_diagnostics_total", listener="v40", form="convert"
+    ) > metric(after, "vsr_systemone_listener_diagnostics_total", listener="v40", form="convert")
 
 
 def test_batches_and_decisions_through_a_5_0_listener(world: World) -> None:
-    batch = {"model": "tiny", "requests": {"a": {"state": "The invoice is wrong", "questions": {"team": CHOICE}}, "b": {"state": STATE, "questions": {"urgent": NOUL}}}}
+    batch = {
+        "model": "tiny",
+        "requests": {
+            "a": {"state": "The invoice is wrong", "questions": {"team": CHOICE}},
+            "b": {"state": STATE, "questions": {"urgent": NOUL}},
+        },
+    }
     reply = world.post("v50", "/v1/systemone/batch", batch)
     assert reply.status == 200, reply.body
     doc = reply.json()
@@ -100,7 +136,11 @@ def test_batches_and_decisions_through_a_5_0_listener(world: World) -> None:
     assert close(doc["responses"]["b"]["answers"], direct(world, "full", SEED)["answers"])
     assert doc["usage"]["input_tokens"] == sum(r["usage"]["input_tokens"] for r in doc["responses"].values())
     # /v1/decisions keeps a failing question's own error in the 200.
-    decisions = {"state": STATE, "roles": None, "questions": {"ok": NOUL, "bad": {"type": "score", "criteria": ["only one"]}}}
+    decisions = {
+        "state": STATE,
+        "roles": None,
+        "questions": {"ok": NOUL, "bad": {"type": "score", "criteria": ["only one"]}},
+    }
     reply = world.post("v50", "/v1/decisions", decisions)
     assert reply.status == 200, reply.body
     answers = reply.json()["answers"]
@@ -147,21 +187,39 @@ listeners:
     sidecar = SidecarProc(tmp_path, plane.port, port=sidecar_port, args=("--forwarding", "envoy")).wait()
     envoy = envoy_for(tmp_path, plane, sidecar_port)
     try:
-        wait_for(lambda: request(listeners["v50"], "POST", "/v1/systemone", json.dumps(SEED).encode(), {}).status == 200, timeout=30, what="the listener")
+        wait_for(
+            lambda: request(listeners["v50"], "POST", "/v1/systemone", json.dumps(SEED).encode(), {}).status == 200,
+            timeout=30,
+            what="the listener",
+        )
         count, status, doc = _messages(envoy, listeners["v50"], "/v1/systemone", {**SEED, "model": "tiny"})
         assert (count, status) == (3, 200) and doc == direct(world, "full", SEED)
-        count, status, doc = _messages(envoy, listeners["v40"], "/v1/systemone", {"model": "tiny", "state": {"request": "The app crashes"}, "questions": {"urgent": NOUL}})
+        count, status, doc = _messages(
+            envoy,
+            listeners["v40"],
+            "/v1/systemone",
+            {"model": "tiny", "state": {"request": "The app crashes"}, "questions": {"urgent": NOUL}},
+        )
         assert (count, status) == (3, 200) and 0 <= doc["answers"]["urgent"]["noul"] <= 1
         # A question that failed: on /v1/decisions its error stays in the 200, so the reply is read.
-        failing = {"model": "tiny", "state": STATE, "roles": None, "questions": {"ok": NOUL, "bad": {"type": "score", "criteria": ["only one"]}}}
+        failing = {
+            "model": "tiny",
+            "state": STATE,
+            "roles": None,
+            "questions": {"ok": NOUL, "bad": {"type": "score", "criteria": ["only one"]}},
+        }
         count, status, doc = _messages(envoy, listeners["v50"], "/v1/decisions", failing)
         assert (count, status) == (4, 200) and doc["answers"]["bad"]["error"]
         # A batch is answered in the batch's own shape, written here.
-        count, status, doc = _messages(envoy, listeners["v50"], "/v1/systemone/batch", {"model": "tiny", "requests": {"a": SEED, "b": SEED}})
+        count, status, doc = _messages(
+            envoy, listeners["v50"], "/v1/systemone/batch", {"model": "tiny", "requests": {"a": SEED, "b": SEED}}
+        )
         assert (count, status) == (4, 200) and list(doc["responses"]) == ["a", "b"]
         # The access log names the member Envoy forwarded to, as it names one the sidecar calls.
         lines = [json.loads(l) for l in envoy.log.read_text().splitlines() if l.startswith("{")]
-        assert lines and all(line["member"] == "full" and line["upstream_cluster"] == "deployment/full" for line in lines[-4:])
+        assert lines and all(
+            line["member"] == "full" and line["upstream_cluster"] == "deployment/full" for line in lines[-4:]
+        )
     finally:
         envoy.stop()
         sidecar.stop()
@@ -173,37 +231,75 @@ def test_the_official_sdk_on_a_5_0_listener(world: World) -> None:
         r = client.system_one(
             model="tiny",
             state=STATE,
-            questions={"urgent": Noul(instructions=NOUL["instructions"]), "team": Choice(instructions="Which team?", criteria={"billing": "Payments", "engineering": "Outages"}), "anger": Score(instructions="How angry?", criteria=["calm", "annoyed", "furious"])},
+            questions={
+                "urgent": Noul(instructions=NOUL["instructions"]),
+                "team": Choice(instructions="Which team?", criteria={"billing": "Payments", "engineering": "Outages"}),
+                "anger": Score(instructions="How angry?", criteria=["calm", "annoyed", "furious"]),
+            },
         )
-        assert r.model == "tiny" and 0 <= r.nouls["urgent"].noul <= 1 and r.choices["team"].choice in ("billing", "engineering")
+        assert (
+            r.model == "tiny"
+            and 0 <= r.nouls["urgent"].noul <= 1
+            and r.choices["team"].choice in ("billing", "engineering")
+        )
         assert r.request_id
         names = [m.name for m in client.models.list().models]
         assert names[:3] == ["vllm-sr/auto", "tiny", "tiny-26"]
         # An attached image goes as multipart; no member reads images, so the sidecar says so.
         with pytest.raises(TypeSafeBadRequestError) as caught:
-            client.system_one(model="tiny", state=Image(b"\x89PNG\r\n\x1a\n" + b"\0" * 64), questions={"urgent": Noul(instructions="Is it broken?")})
+            client.system_one(
+                model="tiny",
+                state=Image(b"\x89PNG\r\n\x1a\n" + b"\0" * 64),
+                questions={"urgent": Noul(instructions="Is it broken?")},
+            )
         assert caught.value.status == 400 and caught.value.body["code"] == "unsupported_capability"
         assert "image input" in caught.value.body["detail"]["message"]
 
 
 def test_listings_name_only_the_offered_models(world: World) -> None:
     v50 = world.get("v50", "/v1/models").json()
-    assert [m["name"] for m in v50["models"]] == ["vllm-sr/auto", "tiny", "tiny-26", "ha", "gateways", "jev-1.13.0", "tiny-std", "mock", "busy-first"] and "data" not in v50
+    assert [m["name"] for m in v50["models"]] == [
+        "vllm-sr/auto",
+        "tiny",
+        "tiny-26",
+        "ha",
+        "gateways",
+        "jev-1.13.0",
+        "tiny-std",
+        "mock",
+        "busy-first",
+    ] and "data" not in v50
     by_name = {m["name"]: m for m in v50["models"]}
     # A runtime member's entry carries its own card, as the runtime lists itself.
     own = json.loads(request(world.runtimes["full"].port, "GET", "/v1/models", b"", {}).body)["models"][0]
-    assert by_name["tiny"]["card"]["question_types"] == sorted(own["card"]["question_types"]) and by_name["tiny"]["version"] == "5.0"
-    assert by_name["tiny"]["card"]["limits"] == own["card"]["limits"] and own["card"]["limits"]["max_options"]  # issue 22: limits were left out
+    assert (
+        by_name["tiny"]["card"]["question_types"] == sorted(own["card"]["question_types"])
+        and by_name["tiny"]["version"] == "5.0"
+    )
+    assert (
+        by_name["tiny"]["card"]["limits"] == own["card"]["limits"] and own["card"]["limits"]["max_options"]
+    )  # issue 22: limits were left out
     assert {"choice", "noul", "score"} <= set(own["card"]["question_types"])
-    assert by_name["jev-1.13.0"]["card"]["question_types"] == ["box", "choice", "noul"]  # its deployment's declared capabilities
+    assert by_name["jev-1.13.0"]["card"]["question_types"] == [
+        "box",
+        "choice",
+        "noul",
+    ]  # its deployment's declared capabilities
     assert all(m["release_date"] for m in v50["models"])
     v40 = world.get("v40", "/v1/models").json()
-    assert [m["name"] for m in v40["models"]] == ["vllm-sr/auto", "tiny"] and [d["id"] for d in v40["data"]] == ["vllm-sr/auto", "tiny"]
+    assert [m["name"] for m in v40["models"]] == ["vllm-sr/auto", "tiny"] and [d["id"] for d in v40["data"]] == [
+        "vllm-sr/auto",
+        "tiny",
+    ]
     systemone = world.get("v40", "/v1/systemone/models").json()
     assert [m["name"] for m in systemone["models"]] == ["vllm-sr/auto", "tiny"]
     assert systemone["models"][0]["card"]["modalities"] == ["text"]
     chat = world.get("chat", "/v1/models").json()
-    assert chat["object"] == "list" and [d["id"] for d in chat["data"]] == ["chat-a", "chat-b", "claude-x"] and "models" not in chat
+    assert (
+        chat["object"] == "list"
+        and [d["id"] for d in chat["data"]] == ["chat-a", "chat-b", "claude-x"]
+        and "models" not in chat
+    )
     assert world.get("chat", "/v1/systemone/models").status == 404  # not offered there
     keyed = world.get("keyed", "/v1/models", authorization="Bearer listener-key-1").json()
     assert [m["name"] for m in keyed["models"]] == ["tiny"] and [d["id"] for d in keyed["data"]] == ["chat-a"]

@@ -19,7 +19,11 @@ from tests.extproc.harness import World
 pytestmark = pytest.mark.envoy
 
 STATE = "Our export button fails with a 500 since this morning. Open a ticket."
-VALID = {"model": "vllm-sr/auto", "state": STATE, "questions": {"pick": {"type": "choice", "instructions": "Which?", "criteria": {f"o{i}": None for i in range(6)}}}}
+VALID = {
+    "model": "vllm-sr/auto",
+    "state": STATE,
+    "questions": {"pick": {"type": "choice", "instructions": "Which?", "criteria": {f"o{i}": None for i in range(6)}}},
+}
 LEGACY = {"model": "tiny", "state": STATE, "questions": {"pick": {"type": "choice", "choices": ["a", "b"]}}}
 
 
@@ -33,7 +37,9 @@ def test_no_request_is_answered_with_a_mix_of_versions_and_none_fails(world: Wor
             reply = world.post("v40", "/v1/systemone", body)
             seen.append((kind, reply.headers.get("x-vsr-config-version", ""), reply.status, reply.json()))
 
-    threads = [threading.Thread(target=client, args=("valid", VALID)) for _ in range(3)] + [threading.Thread(target=client, args=("legacy", LEGACY))]
+    threads = [threading.Thread(target=client, args=("valid", VALID)) for _ in range(3)] + [
+        threading.Thread(target=client, args=("legacy", LEGACY))
+    ]
     for t in threads:
         t.start()
     try:

@@ -45,12 +45,18 @@ def test_an_unknown_model_is_404_in_the_apis_own_shape(world: World) -> None:
 def test_a_listener_with_keys_refuses_before_any_upstream_sees_the_request(world: World) -> None:
     body = {"state": "x", "questions": {"q": {"type": "noul", "instructions": "Is it x?"}}}
     none = world.post("keyed", "/v1/systemone", body)
-    assert none.status == 401 and none.json()["detail"]["error_type"] == "authentication_error" and none.json()["reason"] == "missing_key"
+    assert (
+        none.status == 401
+        and none.json()["detail"]["error_type"] == "authentication_error"
+        and none.json()["reason"] == "missing_key"
+    )
     wrong = world.post("keyed", "/v1/systemone", body, authorization="Bearer nope")
     assert wrong.status == 401 and wrong.json()["reason"] == "invalid_key"
     assert world.get("keyed", "/v1/models").status == 401
     assert world.post("keyed", "/v1/systemone", body, authorization=f"Bearer {LISTENER_KEY}").status == 200
-    chat = world.post("keyed", "/v1/chat/completions", {"model": "chat-a", **CHAT}, authorization=f"Bearer {LISTENER_KEY}")
+    chat = world.post(
+        "keyed", "/v1/chat/completions", {"model": "chat-a", **CHAT}, authorization=f"Bearer {LISTENER_KEY}"
+    )
     assert chat.status == 200 and chat.json()["authorization"] is None  # the listener's key stays here
     denied = world.post("keyed", "/v1/chat/completions", {"model": "chat-a", **CHAT})
     assert denied.status == 401 and denied.json()["error"]["code"] == "invalid_api_key"

@@ -44,7 +44,11 @@ REQUEST = json.dumps(
         "state": "The export button fails with a 500.",
         "questions": {
             "urgent": {"type": "noul", "instructions": "Is it urgent?"},
-            "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": None, "engineering": None}},
+            "team": {
+                "type": "choice",
+                "instructions": "Which team?",
+                "criteria": {"billing": None, "engineering": None},
+            },
         },
     }
 ).encode()
@@ -52,7 +56,14 @@ GOOD = b'{"model": "d3", "answers": {"urgent": {"type": "noul", "noul": 0.9}, "t
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["model", "answers", "usage", "urgent", "team", "type", "noul", "choice", "responses"]), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["model", "answers", "usage", "urgent", "team", "type", "noul", "choice", "responses"]),
+            inner,
+            max_size=4,
+        )
+    ),
     max_leaves=12,
 )
 
@@ -62,10 +73,19 @@ def sidecar(config: str = CONFIG, forwarding: str = "envoy") -> tuple[SystemOne,
     http = Http()
     cards = CardBook(http)
     member = data.members["d3"]
-    card = Card(frozenset({"noul", "choice", "score"}), frozenset({"text"}), limits=Limits(255, None, 2, 10, 16384), contract="5.0.0")
+    card = Card(
+        frozenset({"noul", "choice", "score"}),
+        frozenset({"text"}),
+        limits=Limits(255, None, 2, 10, 16384),
+        contract="5.0.0",
+    )
     cards._states[cards._key(member)] = CardState(card, fetched_at=time.monotonic() + 1e9)  # as if just fetched
-    side = Sidecar(SidecarSettings(forwarding=forwarding), VersionStore(), cards, Pool(cards), http, KeyRing(), Metrics())  # type: ignore[arg-type]
-    incoming = Incoming("edge", "systemone", data, "POST", "/v1/systemone", {"content-type": "application/json"}, "req-1")
+    side = Sidecar(
+        SidecarSettings(forwarding=forwarding), VersionStore(), cards, Pool(cards), http, KeyRing(), Metrics()
+    )  # type: ignore[arg-type]
+    incoming = Incoming(
+        "edge", "systemone", data, "POST", "/v1/systemone", {"content-type": "application/json"}, "req-1"
+    )
     return SystemOne(side), incoming
 
 
@@ -121,12 +141,21 @@ def test_the_sidecars_own_call_sends_a_whole_reply_on_as_it_came_and_reads_any_o
                     head = await reader.readuntil(b"\r\n\r\n")
                 except asyncio.IncompleteReadError:
                     return  # the sidecar closed its connection
-                length = next(int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:"))
+                length = next(
+                    int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")
+                )
                 asked = json.loads(await reader.readexactly(length))
                 # Said of every reply, a batch's too: the sidecar must not take a batch's on trust.
                 whole = b"x-vsr-reply: whole\r\n" if (replies.pop(0) if replies else True) else b""
-                body = compact if "requests" not in asked else b'{"model":"d3","responses":{"a":%s},"usage":{"input_tokens":20,"output_tokens":0}}' % compact
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n%scontent-length: %d\r\n\r\n%s" % (whole, len(body), body))
+                body = (
+                    compact
+                    if "requests" not in asked
+                    else b'{"model":"d3","responses":{"a":%s},"usage":{"input_tokens":20,"output_tokens":0}}' % compact
+                )
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n%scontent-length: %d\r\n\r\n%s"
+                    % (whole, len(body), body)
+                )
 
         server = await asyncio.start_server(member, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
@@ -149,14 +178,21 @@ def test_the_sidecars_own_call_sends_a_whole_reply_on_as_it_came_and_reads_any_o
     unread, read, batch = asyncio.run(main())
     assert unread == compact
     assert read == json.dumps(json.loads(GOOD)).encode()
-    assert batch == json.dumps({"model": "d3", "responses": {"a": json.loads(GOOD)}, "usage": {"input_tokens": 20, "output_tokens": 0}}).encode()
+    assert (
+        batch
+        == json.dumps(
+            {"model": "d3", "responses": {"a": json.loads(GOOD)}, "usage": {"input_tokens": 20, "output_tokens": 0}}
+        ).encode()
+    )
 
 
 def test_auto_forwarding_leaves_a_service_to_envoy_and_calls_a_member_of_one_host_itself() -> None:
     """``--forwarding auto``: a Service-backed deployment (its pods balanced by Envoy over EDS) is
     named to Envoy as its cluster; a deployment of one endpoint the sidecar calls itself (here
     nothing listens there, so the client gets 503 ``member_unreachable`` from that very call)."""
-    service = CONFIG.replace('endpoint: "http://127.0.0.1:9/v1/systemone"', "service: {name: d3-gpu, namespace: ml, port: 8100}")
+    service = CONFIG.replace(
+        'endpoint: "http://127.0.0.1:9/v1/systemone"', "service: {name: d3-gpu, namespace: ml, port: 8100}"
+    )
     outcomes = {}
     for name, config in (("service", service), ("one host", CONFIG)):
         systemone, incoming = sidecar(config, forwarding="auto")

@@ -20,7 +20,10 @@ from sr_control.extproc.outcomes import answered_by
         ("http1.headers_too_large", ("envoy", "http1.headers_too_large")),
         ("no_healthy_upstream", ("envoy", "no_healthy_upstream")),
         # A variable tail is cut, so the label's values stay few.
-        ("upstream_reset_before_response_started{connection_termination}", ("envoy", "upstream_reset_before_response_started")),
+        (
+            "upstream_reset_before_response_started{connection_termination}",
+            ("envoy", "upstream_reset_before_response_started"),
+        ),
     ],
 )
 def test_details_name_who_answered(details: str, expected: tuple[str, str]) -> None:

@@ -40,17 +40,24 @@ def test_every_response_envoy_sent_is_counted_by_who_answered(world: World) -> N
         "431": _responses(world, listener="v50", status="431", by="envoy", details="http1.headers_too_large"),
         "413": _responses(world, listener="v40", status="413", by="envoy", details="request_payload_too_large"),
     }
-    assert world.post("v50", "/v1/systemone", {"model": "tiny", "state": STATE, "questions": {"urgent": NOUL}}).status == 200
+    assert (
+        world.post("v50", "/v1/systemone", {"model": "tiny", "state": STATE, "questions": {"urgent": NOUL}}).status
+        == 200
+    )
     assert request(world.listeners["v50"], "GET", "/v1/systemone").status == 405
     assert world.post("v50", "/v1/systemone", {}, **{"x-big": "a" * 100_000}).status == 431
     assert _big_body(world.listeners["v40"], 40 * 1024 * 1024).status == 413
     # None of the last three reached the sidecar's handler; Envoy's access log reaches it
     # within about a second (the log's flush interval).
     wait_for(
-        lambda: _responses(world, listener="v50", status="200") > before["ok"]
-        and _responses(world, listener="v50", status="405", by="route") > before["405"]
-        and _responses(world, listener="v50", status="431", by="envoy", details="http1.headers_too_large") > before["431"]
-        and _responses(world, listener="v40", status="413", by="envoy", details="request_payload_too_large") > before["413"],
+        lambda: (
+            _responses(world, listener="v50", status="200") > before["ok"]
+            and _responses(world, listener="v50", status="405", by="route") > before["405"]
+            and _responses(world, listener="v50", status="431", by="envoy", details="http1.headers_too_large")
+            > before["431"]
+            and _responses(world, listener="v40", status="413", by="envoy", details="request_payload_too_large")
+            > before["413"]
+        ),
         timeout=15,
         what="the access log entries counted",
     )
@@ -79,9 +86,15 @@ _padding = st.sampled_from([0, 10, 2_000, 200_000])
 _deadline = st.sampled_from([None, 1, 20, 300, 5_000])
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(listener=st.sampled_from(["v50", "v40"]), states=_states, padding=_padding, deadline=_deadline, batch=st.booleans())
-def test_no_response_is_empty_bodied_and_every_status_is_documented(world: World, listener: str, states: int, padding: int, deadline: int | None, batch: bool) -> None:
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(
+    listener=st.sampled_from(["v50", "v40"]), states=_states, padding=_padding, deadline=_deadline, batch=st.booleans()
+)
+def test_no_response_is_empty_bodied_and_every_status_is_documented(
+    world: World, listener: str, states: int, padding: int, deadline: int | None, batch: bool
+) -> None:
     options = {} if deadline is None else {"options": {"deadline_ms": deadline}}
     one = {"model": "tiny", "questions": {"urgent": NOUL}, **options}
     if batch:

@@ -46,15 +46,27 @@ def data_of(text: str = CONFIG, listener: str = "public") -> ListenerData:
 
 def test_the_compiled_sidecar_data_reads_as_the_config_says() -> None:
     data = data_of()
-    assert data.systemone is not None and data.systemone.schema == "vllm-sr/4.0" and data.systemone.max_deadline_ms == 2500
+    assert (
+        data.systemone is not None and data.systemone.schema == "vllm-sr/4.0" and data.systemone.max_deadline_ms == 2500
+    )
     assert data.default_model() == "vllm-sr/auto"
     name, members = data.resolve(None)  # type: ignore[misc]
     assert name == "vllm-sr/auto" and [m.name for m in members] == ["a", "b"]
     assert data.resolve("jev-latest") == data.resolve("vllm-sr/auto")
     assert data.resolve("gpt") is None
     b = data.members["b"]
-    assert (b.schema, b.deviations, b.max_concurrency, b.declared.question_types if b.declared else None) == ("systemone/0.2", ("state_text",), 3, frozenset({"noul"}))
-    assert (b.origin, b.prefix, b.path("/v1/decisions"), b.systemone_path) == ("https://gw.example", "/api", "/api/v1/decisions", "/api/v1/systemone")
+    assert (b.schema, b.deviations, b.max_concurrency, b.declared.question_types if b.declared else None) == (
+        "systemone/0.2",
+        ("state_text",),
+        3,
+        frozenset({"noul"}),
+    )
+    assert (b.origin, b.prefix, b.path("/v1/decisions"), b.systemone_path) == (
+        "https://gw.example",
+        "/api",
+        "/api/v1/decisions",
+        "/api/v1/systemone",
+    )
     judge = data.resolve("judge")[1][0]  # type: ignore[index]
     assert judge.schema == "vllm-sr/5.0" and judge.cluster == "provider/judge"
     assert data.providers["chat"].base_path == "/openai/v1" and data.providers["chat"].api_key_env == "KEY"
@@ -117,7 +129,9 @@ def test_llm_requests_go_to_their_models_provider_and_never_carry_its_key(monkey
     """Envoy adds the provider's key (compiler/credentials.py): the sidecar's answer has none, even
     when the variable is in the sidecar's environment."""
     monkeypatch.setenv("KEY", "sk-provider")
-    out = llm.route(incoming("chat_completions", "/v1/chat/completions?key=q"), b'{"model": "chat", "messages": [], "stream": true}')
+    out = llm.route(
+        incoming("chat_completions", "/v1/chat/completions?key=q"), b'{"model": "chat", "messages": [], "stream": true}'
+    )
     assert isinstance(out, Forward)
     assert out.cluster == "provider/chat" and out.path == "/openai/v1/chat/completions?key=q"
     assert ("x-envoy-original-path", "/v1/chat/completions") in out.set_headers  # the query may hold a client's key
@@ -126,7 +140,12 @@ def test_llm_requests_go_to_their_models_provider_and_never_carry_its_key(monkey
 
 @pytest.mark.parametrize(
     ("body", "status", "code"),
-    [(b'{"model": "gpt-9"}', 404, "model_not_found"), (b'{"messages": []}', 400, "missing_model"), (b"{", 400, "invalid_json"), (b'{"model": 7}', 400, "missing_model")],
+    [
+        (b'{"model": "gpt-9"}', 404, "model_not_found"),
+        (b'{"messages": []}', 400, "missing_model"),
+        (b"{", 400, "invalid_json"),
+        (b'{"model": 7}', 400, "missing_model"),
+    ],
 )
 def test_llm_errors_are_the_apis_own(body: bytes, status: int, code: str) -> None:
     out = llm.route(incoming("chat_completions", "/v1/chat/completions"), body)
@@ -147,7 +166,12 @@ def test_bodies_already_in_the_form_the_other_side_reads_are_left_as_they_are() 
     from systemone.listener import LISTENERS
 
     # The internal form writes every member the runtime reads (roles included) in this order.
-    request = {"model": "d3", "state": "The export fails.", "questions": {"u": {"type": "noul", "instructions": "Is it urgent?"}}, "roles": None}
+    request = {
+        "model": "d3",
+        "state": "The export fails.",
+        "questions": {"u": {"type": "noul", "instructions": "Is it urgent?"}},
+        "roles": None,
+    }
     as_the_sdk_writes = json.dumps(request).encode()
     compact = json.dumps(request, separators=(",", ":")).encode()
     codec = LISTENERS["vllm-sr/5.0"]
@@ -158,12 +182,18 @@ def test_bodies_already_in_the_form_the_other_side_reads_are_left_as_they_are() 
         assert form == "convert"
         assert body == (None if sent == as_the_sdk_writes else req.plan.body)
         assert req.plan.body == as_the_sdk_writes  # the internal form, whatever the spacing sent
-    assert member_body(codec.read("/v1/systemone", as_the_sdk_writes, []), as_the_sdk_writes, "d3-gw")[0] == as_the_sdk_writes.replace(b'"d3"', b'"d3-gw"')
+    assert member_body(codec.read("/v1/systemone", as_the_sdk_writes, []), as_the_sdk_writes, "d3-gw")[
+        0
+    ] == as_the_sdk_writes.replace(b'"d3"', b'"d3-gw"')
 
     reply = b'{"model": "d3", "answers": {"u": {"type": "noul", "noul": 0.8}}}'
     kept = replace_response(Answer(200, (("x-request-id", "r1"),), reply), 200, reply).response_body.response
     assert not kept.HasField("body_mutation")
     assert [h.header.key for h in kept.header_mutation.set_headers] == ["x-request-id"]
-    swapped = replace_response(Answer(200, (("x-request-id", "r1"),), reply), 200, reply.replace(b": ", b":")).response_body.response
+    swapped = replace_response(
+        Answer(200, (("x-request-id", "r1"),), reply), 200, reply.replace(b": ", b":")
+    ).response_body.response
     assert swapped.body_mutation.body == reply
-    assert ("content-length", str(len(reply)).encode()) in [(h.header.key, h.header.raw_value) for h in swapped.header_mutation.set_headers]
+    assert ("content-length", str(len(reply)).encode()) in [
+        (h.header.key, h.header.raw_value) for h in swapped.header_mutation.set_headers
+    ]

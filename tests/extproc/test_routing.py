@@ -24,16 +24,25 @@ def choice(options: int) -> dict:  # type: ignore[type-arg]
 def test_a_request_goes_only_to_members_able_to_answer_it(world: World) -> None:
     # 40 options: only `full` reads them (`capped`'s card says 26 at most).
     for _ in range(4):
-        reply = world.post("v50", "/v1/systemone", {"model": "vllm-sr/auto", "state": STATE, "questions": {"pick": choice(40)}})
+        reply = world.post(
+            "v50", "/v1/systemone", {"model": "vllm-sr/auto", "state": STATE, "questions": {"pick": choice(40)}}
+        )
         assert reply.status == 200, reply.body
         assert reply.json()["model"] == "tiny"
     # 10 options: both can; equally idle members take turns.
-    served = Counter(world.post("v50", "/v1/systemone", {"state": STATE, "questions": {"pick": choice(10)}}).json()["model"] for _ in range(6))
+    served = Counter(
+        world.post("v50", "/v1/systemone", {"state": STATE, "questions": {"pick": choice(10)}}).json()["model"]
+        for _ in range(6)
+    )
     assert set(served) == {"tiny", "tiny-26"}
 
 
 def test_no_capable_member_is_400_unsupported_capability_naming_what_each_lacks(world: World) -> None:
-    reply = world.post("v50", "/v1/systemone", {"state": STATE, "questions": {"who": {"type": "span", "criteria": {"person": None}}, "pick": choice(40)}})
+    reply = world.post(
+        "v50",
+        "/v1/systemone",
+        {"state": STATE, "questions": {"who": {"type": "span", "criteria": {"person": None}}, "pick": choice(40)}},
+    )
     assert reply.status == 400, reply.body
     body = reply.json()
     assert body["code"] == "unsupported_capability" and body["detail"]["error_type"] == "api_usage_error"
@@ -55,10 +64,16 @@ def test_declared_capabilities_route_members_without_cards(world: World) -> None
 
 
 def test_a_standard_target_gets_split_standard_calls_with_state_text(world: World) -> None:
-    states = {f"doc_{i}": {"request": "How long is the refund window?", "candidate": f"Passage {i} about refunds."} for i in range(3)}
+    states = {
+        f"doc_{i}": {"request": "How long is the refund window?", "candidate": f"Passage {i} about refunds."}
+        for i in range(3)
+    }
     batch = {
         "model": "jev-1.13.0",
-        "requests": {name: {"state": s, "roles": {"request": "user", "candidate": "context"}, "questions": {"relevant": NOUL}} for name, s in states.items()},
+        "requests": {
+            name: {"state": s, "roles": {"request": "user", "candidate": "context"}, "questions": {"relevant": NOUL}}
+            for name, s in states.items()
+        },
         "options": {"deadline_ms": 5000},
     }
     calls_before = len(world.mock.bodies)
@@ -74,20 +89,27 @@ def test_a_standard_target_gets_split_standard_calls_with_state_text(world: Worl
     assert list(doc["responses"]) == list(states)
     # Reassembled: each answer is what the mock gives that text on its own.
     for name, s in states.items():
-        alone = world.mock_direct({"model": "jev-1.13.0", "state": json.dumps(s, ensure_ascii=False), "questions": {"relevant": NOUL}})
+        alone = world.mock_direct(
+            {"model": "jev-1.13.0", "state": json.dumps(s, ensure_ascii=False), "questions": {"relevant": NOUL}}
+        )
         assert doc["responses"][name]["answers"] == alone["answers"]
 
 
 def test_a_vllm_srun_standard_runtime_answers_split_calls_as_its_5_0_self_would(world: World) -> None:
     states = [{"request": f"Ticket {i}: the export fails"} for i in range(4)]
     before = world.runtimes["standard"].requests_served("/v1/systemone")
-    batch = {"model": "tiny-std", "requests": {f"r{i}": {"state": s, "questions": {"urgent": NOUL}} for i, s in enumerate(states)}}
+    batch = {
+        "model": "tiny-std",
+        "requests": {f"r{i}": {"state": s, "questions": {"urgent": NOUL}} for i, s in enumerate(states)},
+    }
     reply = world.post("v50", "/v1/systemone/batch", batch)
     assert reply.status == 200, reply.body
     assert world.runtimes["standard"].requests_served("/v1/systemone") - before == 4
     # The tiny checkpoint reads an object state as its JSON text: state_text changes no answer.
     same = world.post("v50", "/v1/systemone/batch", {**batch, "model": "tiny"}).json()
-    assert close([r["answers"] for r in reply.json()["responses"].values()], [r["answers"] for r in same["responses"].values()])
+    assert close(
+        [r["answers"] for r in reply.json()["responses"].values()], [r["answers"] for r in same["responses"].values()]
+    )
 
 
 def test_stopping_a_member_under_load_loses_no_request(world: World) -> None:
@@ -123,7 +145,10 @@ def test_stopping_a_member_under_load_loses_no_request(world: World) -> None:
     after_kill = sum(answered.values())
     # Requests still flow, all to full, with backup marked down.
     for _ in range(5):
-        assert world.post("v50", "/v1/systemone", {"model": "ha", "state": STATE, "questions": {"urgent": NOUL}}).status == 200
+        assert (
+            world.post("v50", "/v1/systemone", {"model": "ha", "state": STATE, "questions": {"urgent": NOUL}}).status
+            == 200
+        )
     down = world.sidecar.status()["workers"][0]["members"]["backup"]["down"]
     assert down and after_kill > 0
     # Bring it back on the same port: the sidecar notices and routes to it again.
@@ -135,19 +160,36 @@ def test_stopping_a_member_under_load_loses_no_request(world: World) -> None:
 
     from tests.e2e.envoy_proc import wait_for
 
-    wait_for(lambda: (world.post("v50", "/v1/systemone", {"model": "ha", "state": STATE, "questions": {"urgent": NOUL}}), back())[1], timeout=30, interval=0.2, what="backup to be routed to again")
+    wait_for(
+        lambda: (
+            world.post("v50", "/v1/systemone", {"model": "ha", "state": STATE, "questions": {"urgent": NOUL}}),
+            back(),
+        )[1],
+        timeout=30,
+        interval=0.2,
+        what="backup to be routed to again",
+    )
 
 
 def test_a_standard_targets_errors_are_read_and_re_encoded_for_the_client(world: World) -> None:
     """A 0.2 target's 422 ``detail[]`` comes back located, a 429's ``Retry-After`` kept, and a
     busy member is left for another able one."""
-    unanswerable = world.post("v50", "/v1/systemone", {"model": "jev-1.13.0", "state": STATE, "questions": {"dog": {"type": "box", "instructions": "the dog"}}})
+    unanswerable = world.post(
+        "v50",
+        "/v1/systemone",
+        {"model": "jev-1.13.0", "state": STATE, "questions": {"dog": {"type": "box", "instructions": "the dog"}}},
+    )
     assert unanswerable.status == 422, unanswerable.body
     body = unanswerable.json()
-    assert body["detail"][0]["loc"][:3] == ["body", "questions", "dog"] and body["detail"][0]["type"] == "union_tag_invalid"
+    assert (
+        body["detail"][0]["loc"][:3] == ["body", "questions", "dog"]
+        and body["detail"][0]["type"] == "union_tag_invalid"
+    )
     busy = world.post("v50", "/v1/systemone", {"model": "mock", "state": STATE, "questions": {"urgent": NOUL}})
     assert busy.status == 429 and busy.headers["retry-after"] == "0"
     assert busy.json()["detail"]["error_type"] == "rate_limit_error"
     for _ in range(4):  # whichever goes first, `standard` answers
-        reply = world.post("v50", "/v1/systemone", {"model": "busy-first", "state": STATE, "questions": {"urgent": NOUL}})
+        reply = world.post(
+            "v50", "/v1/systemone", {"model": "busy-first", "state": STATE, "questions": {"urgent": NOUL}}
+        )
         assert reply.status == 200 and reply.json()["model"] == "tiny-std", reply.body

@@ -23,7 +23,9 @@ from sr_control.extproc.upstream import CallFailed, Http, Reply
 STATUSES = [200, 201, 400, 401, 404, 413, 422, 429, 500, 502, 503, 504, 529]
 NAMES = ["x-a", "X-Request-Id", "retry-after", "content-type", "x-vsr-reply", "Set-Cookie"]
 # Header values as bytes: ASCII, inner and outer blanks, UTF-8 and bytes that are not UTF-8.
-values = st.lists(st.sampled_from([b"a", b"Z", b"0", b"-", b";", b"=", b" ", b"\t", "é".encode(), b"\xe9", b"\xff"]), max_size=12).map(b"".join)
+values = st.lists(
+    st.sampled_from([b"a", b"Z", b"0", b"-", b";", b"=", b" ", b"\t", "é".encode(), b"\xe9", b"\xff"]), max_size=12
+).map(b"".join)
 values = values | st.sampled_from([b"whole", b"1", b"application/json"])
 
 
@@ -48,9 +50,14 @@ def replies(draw: st.DrawFn) -> tuple[list[bytes], bool]:
         data = body
     wire = b"\r\n".join(head) + b"\r\n\r\n" + data
     if draw(st.integers(0, 5)) == 5:  # an interim reply first, which both clients pass over
-        wire = draw(st.sampled_from([b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n"])) + wire
+        wire = (
+            draw(st.sampled_from([b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n"]))
+            + wire
+        )
     cuts = sorted(draw(st.lists(st.integers(1, max(1, len(wire) - 1)), max_size=3)))
-    return [wire[a:b] for a, b in zip([0, *cuts], [*cuts, len(wire)]) if b > a], framing == "close" or draw(st.booleans())
+    return [wire[a:b] for a, b in zip([0, *cuts], [*cuts, len(wire)]) if b > a], framing == "close" or draw(
+        st.booleans()
+    )
 
 
 async def serving(pieces: list[bytes], close: bool, call: Callable[[str], Awaitable[Reply]]) -> Reply:
@@ -58,7 +65,9 @@ async def serving(pieces: list[bytes], close: bool, call: Callable[[str], Awaita
 
     async def member(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
-        length = next((int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")), 0)
+        length = next(
+            (int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")), 0
+        )
         await reader.readexactly(length)
         for piece in pieces:
             writer.write(piece)
@@ -86,7 +95,9 @@ async def by_aiohttp(url: str) -> Reply:
 async def by_ours(url: str) -> Reply:
     http = Http()
     try:
-        return await http.request("POST", url, body=b'{"q": 1}', headers=[("content-type", "application/json")], timeout_s=5)
+        return await http.request(
+            "POST", url, body=b'{"q": 1}', headers=[("content-type", "application/json")], timeout_s=5
+        )
     finally:
         await http.close()
 
@@ -154,7 +165,9 @@ def test_concurrent_calls_share_at_most_the_connections_allowed() -> None:
         port = server.sockets[0].getsockname()[1]
         http = Http(connections_per_host=4)
         try:
-            replies = await asyncio.gather(*(http.request("GET", f"http://127.0.0.1:{port}/call/{i}", timeout_s=10) for i in range(50)))
+            replies = await asyncio.gather(
+                *(http.request("GET", f"http://127.0.0.1:{port}/call/{i}", timeout_s=10) for i in range(50))
+            )
             return [r.body for r in replies]
         finally:
             await http.close()

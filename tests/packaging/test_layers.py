@@ -25,9 +25,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-MODULES = {
-    _module_name(p): p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))
-}
+MODULES = {_module_name(p): p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
 
 
 def _under_type_checking(node: ast.If) -> bool:
@@ -100,7 +98,9 @@ def test_a_package_imports_only_its_floors(package: str) -> None:
     assert wrong == []
 
 
-@pytest.mark.xfail(strict=True, reason="sr_runtime.server.process <-> workers until one supervisor serves both (issue 23 item 3)")
+@pytest.mark.xfail(
+    strict=True, reason="sr_runtime.server.process <-> workers until one supervisor serves both (issue 23 item 3)"
+)
 def test_no_module_imports_itself_back() -> None:
     # A package's __init__ is an ordinary node: `from pkg import name` is an edge to it.
     try:

@@ -42,7 +42,10 @@ listeners:
     port: 18801
     models: [llm]
 """
-REQUEST = {"state": "The export button fails with a 500.", "questions": {"team": {"type": "choice", "criteria": {"billing": "Invoices", "engineering": "Outages and bugs"}}}}
+REQUEST = {
+    "state": "The export button fails with a 500.",
+    "questions": {"team": {"type": "choice", "criteria": {"billing": "Invoices", "engineering": "Outages and bugs"}}},
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +53,29 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The bin folder of a fresh venv holding only the wheel (dependencies come from .venv)."""
     work = tmp_path_factory.mktemp("wheel")
     source = work / "src"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis"))
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis"
+        ),
+    )
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(work / "dist"), str(source)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(work / "dist"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = (work / "dist").glob("vllm_sr-*.whl")
@@ -64,17 +86,33 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     # install of this checkout among them) are not run, so only the wheel provides vllm-sr.
     (purelib / "deps-from-dot-venv.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     installed = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(fresh / "bin" / "python"), "install", "--no-deps", "--no-index", str(wheel)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(fresh / "bin" / "python"),
+            "install",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert installed.returncode == 0, installed.stdout + installed.stderr
     yield fresh / "bin"
 
 
-def run(bin_dir: Path, cwd: Path, *args: str, script: str = "vllm-sr", timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run(
+    bin_dir: Path, cwd: Path, *args: str, script: str = "vllm-sr", timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     # envoy from .venv on PATH, as an operator has it; nothing else of the checkout.
     env = {"PATH": f"{bin_dir}:{VENV_BIN}:/usr/bin:/bin", "HOME": str(cwd)}
-    return subprocess.run([str(bin_dir / script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(bin_dir / script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_the_wheel_carries_the_data_files(installed: Path) -> None:
@@ -94,7 +132,12 @@ def test_the_wheel_carries_the_data_files(installed: Path) -> None:
 
 
 def test_the_installed_commands_work_outside_the_checkout(installed: Path, tmp_path: Path) -> None:
-    where = subprocess.run([str(installed / "python"), "-c", "import sr_control; print(sr_control.__file__)"], capture_output=True, text=True, cwd=tmp_path)
+    where = subprocess.run(
+        [str(installed / "python"), "-c", "import sr_control; print(sr_control.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert where.stdout.startswith(str(installed.parent)), f"sr_control comes from {where.stdout!r}, not the wheel"
 
     config = tmp_path / "router.yaml"
@@ -109,8 +152,22 @@ def test_the_installed_commands_work_outside_the_checkout(installed: Path, tmp_p
 
     ads, status = free_port(), free_port()
     plane = subprocess.Popen(
-        [str(installed / "vllm-sr"), "xds", "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(ads), "--status-port", str(status)],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            str(installed / "vllm-sr"),
+            "xds",
+            "serve",
+            "--config",
+            str(config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(ads),
+            "--status-port",
+            str(status),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     client = None
     try:

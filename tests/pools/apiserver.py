@@ -38,10 +38,20 @@ def endpoint_slice(
     return {
         "kind": "EndpointSlice",
         "apiVersion": "discovery.k8s.io/v1",
-        "metadata": {"name": name, "labels": {SERVICE_LABEL: service, "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+        "metadata": {
+            "name": name,
+            "labels": {
+                SERVICE_LABEL: service,
+                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+            },
+        },
         "addressType": address_type,
         "endpoints": [
-            {"addresses": [ip], "conditions": ({} if ready is None else {"ready": ready, "serving": ready, "terminating": not ready}), "targetRef": {"kind": "Pod", "name": f"pod-{ip}"}}
+            {
+                "addresses": [ip],
+                "conditions": ({} if ready is None else {"ready": ready, "serving": ready, "terminating": not ready}),
+                "targetRef": {"kind": "Pod", "name": f"pod-{ip}"},
+            }
             for ip, ready in endpoints
         ],
         "ports": ports if ports is not None else [{"name": port_name, "port": port, "protocol": "TCP"}],
@@ -72,18 +82,39 @@ class FakeApiServer:
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 if not url.path.startswith(PREFIX) or not url.path.endswith("/endpointslices"):
                     return self._json(404, {"kind": "Status", "code": 404, "message": f"no route {url.path}"})
-                namespace = url.path[len(PREFIX):].split("/")[0]
+                namespace = url.path[len(PREFIX) :].split("/")[0]
                 if namespace in outer.forbidden:
-                    return self._json(403, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
-                                            "message": f'endpointslices.discovery.k8s.io is forbidden: User "system:serviceaccount:x:y" cannot list resource "endpointslices" in API group "discovery.k8s.io" in the namespace "{namespace}"'})
+                    return self._json(
+                        403,
+                        {
+                            "kind": "Status",
+                            "apiVersion": "v1",
+                            "status": "Failure",
+                            "reason": "Forbidden",
+                            "code": 403,
+                            "message": f'endpointslices.discovery.k8s.io is forbidden: User "system:serviceaccount:x:y" cannot list resource "endpointslices" in API group "discovery.k8s.io" in the namespace "{namespace}"',
+                        },
+                    )
                 selector = query.get("labelSelector", "")
                 if query.get("watch") in ("true", "1"):
                     return outer._watch(self, namespace, selector, int(query.get("resourceVersion") or 0))
                 outer.requests.append(f"list {namespace}")
                 with outer._cond:
-                    items = [copy.deepcopy(o) for (ns, _), o in sorted(outer._objects.items()) if ns == namespace and _matches(o, selector)]
+                    items = [
+                        copy.deepcopy(o)
+                        for (ns, _), o in sorted(outer._objects.items())
+                        if ns == namespace and _matches(o, selector)
+                    ]
                     version = outer._version
-                self._json(200, {"kind": "EndpointSliceList", "apiVersion": "discovery.k8s.io/v1", "metadata": {"resourceVersion": str(version)}, "items": items})
+                self._json(
+                    200,
+                    {
+                        "kind": "EndpointSliceList",
+                        "apiVersion": "discovery.k8s.io/v1",
+                        "metadata": {"resourceVersion": str(version)},
+                        "items": items,
+                    },
+                )
 
             def _json(self, code: int, body: Any) -> None:
                 data = json.dumps(body).encode()
@@ -144,12 +175,20 @@ class FakeApiServer:
 
     def kubeconfig(self, directory: Path, namespace: str = "default") -> Path:
         path = directory / "kubeconfig"
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "test",
-            "clusters": [{"name": "test", "cluster": {"server": self.url}}],
-            "users": [{"name": "test", "user": {"token": "not-checked"}}],
-            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test", "namespace": namespace}}],
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "test",
+                    "clusters": [{"name": "test", "cluster": {"server": self.url}}],
+                    "users": [{"name": "test", "user": {"token": "not-checked"}}],
+                    "contexts": [
+                        {"name": "test", "context": {"cluster": "test", "user": "test", "namespace": namespace}}
+                    ],
+                }
+            )
+        )
         return path
 
     def stop(self) -> None:
@@ -179,7 +218,14 @@ class FakeApiServer:
 
         with self._cond:
             if since < self._expired_below:
-                gone = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410, "message": f"too old resource version: {since}"}
+                gone = {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "reason": "Expired",
+                    "code": 410,
+                    "message": f"too old resource version: {since}",
+                }
                 pending: list[dict[str, Any]] = [{"type": "ERROR", "object": gone}]
             else:
                 pending = []
@@ -190,17 +236,29 @@ class FakeApiServer:
                 if pending and pending[-1]["type"] == "ERROR":
                     break
                 with self._cond:
-                    self._cond.wait_for(lambda: self._generation != generation or self._events[-1:] and self._events[-1][0] > since, timeout=1)
+                    self._cond.wait_for(
+                        lambda: self._generation != generation or self._events[-1:] and self._events[-1][0] > since,
+                        timeout=1,
+                    )
                     if self._generation != generation:
                         if self._expired_below > since:
-                            gone = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410, "message": "too old resource version"}
+                            gone = {
+                                "kind": "Status",
+                                "apiVersion": "v1",
+                                "status": "Failure",
+                                "reason": "Expired",
+                                "code": 410,
+                                "message": "too old resource version",
+                            }
                             pending = [{"type": "ERROR", "object": gone}]
                             continue
                         break
                     fresh = [(v, ns, t, o) for v, ns, t, o in self._events if v > since]
                 if fresh:
                     since = fresh[-1][0]
-                pending = [{"type": t, "object": o} for v, ns, t, o in fresh if ns == namespace and _matches(o, selector)]
+                pending = [
+                    {"type": t, "object": o} for v, ns, t, o in fresh if ns == namespace and _matches(o, selector)
+                ]
             handler.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             pass

@@ -26,14 +26,34 @@ def test_a_kubeconfig_turns_discovery_on_in_its_contexts_namespace(tmp_path: Pat
     config.write_text(CONFIG)
     status_port = free_port()
     plane = subprocess.Popen(
-        [str(BIN / "vllm-sr"), "xds", "serve", "--config", str(config), "--host", "127.0.0.1", "--port", "0",
-         "--status-port", str(status_port), "--kubeconfig", str(api.kubeconfig(tmp_path, "ml"))],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            str(BIN / "vllm-sr"),
+            "xds",
+            "serve",
+            "--config",
+            str(config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--status-port",
+            str(status_port),
+            "--kubeconfig",
+            str(api.kubeconfig(tmp_path, "ml")),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
-        status = wait_for(lambda: get_json(f"http://127.0.0.1:{status_port}/status")[1], timeout=30, what="the status port")
+        status = wait_for(
+            lambda: get_json(f"http://127.0.0.1:{status_port}/status")[1], timeout=30, what="the status port"
+        )
         assert status["discovery"]["mode"] == "kubernetes" and status["discovery"]["namespace"] == "ml"
-        assert status["discovery"]["deployments"]["rt"] == {"service": "ml/rt", "listed": True, "hosts": ["10.0.0.1:8100"]}
+        assert status["discovery"]["deployments"]["rt"] == {
+            "service": "ml/rt",
+            "listed": True,
+            "hosts": ["10.0.0.1:8100"],
+        }
         assert status["resources"]["endpoints"] == 1
     finally:
         plane.terminate()
@@ -46,7 +66,9 @@ def test_a_kubeconfig_that_cannot_be_used_exits_2_naming_it(tmp_path: Path, cli)
     config.write_text(CONFIG)
     broken = tmp_path / "kubeconfig"
     broken.write_text(json.dumps({"apiVersion": "v1", "kind": "Config", "clusters": []}))
-    result = cli("xds", "serve", "--config", str(config), "--port", "0", "--status-port", "0", "--kubeconfig", str(broken))
+    result = cli(
+        "xds", "serve", "--config", str(config), "--port", "0", "--status-port", "0", "--kubeconfig", str(broken)
+    )
     assert result.returncode == 2
     assert f"error: cannot use kubeconfig {broken}:" in result.stderr
     assert "Traceback" not in result.stderr

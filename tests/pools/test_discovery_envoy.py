@@ -41,8 +41,19 @@ NS = "ml"
 SERVICE = "localhost"
 # A choice question: `default` reads it in milliseconds (its noul reader takes ~0.1 s a question),
 # so the traffic is dense enough to see every endpoint change land.
-BODY = json.dumps({"model": "default", "state": "The export button fails with a 500.",
-                   "questions": {"team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": None, "engineering": None}}}}).encode()
+BODY = json.dumps(
+    {
+        "model": "default",
+        "state": "The export button fails with a 500.",
+        "questions": {
+            "team": {
+                "type": "choice",
+                "instructions": "Which team?",
+                "criteria": {"billing": None, "engineering": None},
+            }
+        },
+    }
+).encode()
 
 
 class Client:
@@ -126,7 +137,12 @@ listeners:
 """)
         client, _ = api_client(api.kubeconfig(directory, NS))
         plane = ControlPlane(
-            config, Settings(sidecar=Address("127.0.0.1", sidecar_port)), host="127.0.0.1", port=0, status_port=0, discovery=KubernetesDiscovery(client, NS)
+            config,
+            Settings(sidecar=Address("127.0.0.1", sidecar_port)),
+            host="127.0.0.1",
+            port=0,
+            status_port=0,
+            discovery=KubernetesDiscovery(client, NS),
         )
         plane.start()
         started.append(plane)
@@ -137,7 +153,12 @@ listeners:
         started.append(sidecar)
         envoy = envoy_for(directory, plane, sidecar_port)  # type: ignore[arg-type]
         started.append(envoy)
-        wait_for(lambda: request(listener, "POST", "/v1/systemone", BODY, {"content-type": "application/json"}).status == 200, what="a first answer")
+        wait_for(
+            lambda: (
+                request(listener, "POST", "/v1/systemone", BODY, {"content-type": "application/json"}).status == 200
+            ),
+            what="a first answer",
+        )
         yield {"api": api, "ips": ips, "port": pods.port, "plane": plane, "envoy": envoy, "listener": listener}
     finally:
         for part in reversed(started):

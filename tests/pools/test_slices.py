@@ -13,7 +13,9 @@ def test_ready_and_unset_are_hosts_unready_and_terminating_are_not() -> None:
 
 def test_a_service_spread_over_slices_is_one_sorted_set_of_hosts() -> None:
     a = endpoint_slice("rt-1", "rt", [("10.0.0.9", True), ("10.0.0.1", True)], port=8100)
-    b = endpoint_slice("rt-2", "rt", [("10.0.0.1", True), ("10.0.0.5", True)], port=8100)  # a pod seen twice while it moves
+    b = endpoint_slice(
+        "rt-2", "rt", [("10.0.0.1", True), ("10.0.0.5", True)], port=8100
+    )  # a pod seen twice while it moves
     assert ready_hosts([a, b]).hosts == (("10.0.0.1", 8100), ("10.0.0.5", 8100), ("10.0.0.9", 8100))
 
 
@@ -28,7 +30,10 @@ def test_a_service_of_several_ports_needs_the_port_name() -> None:
     s = endpoint_slice("rt-1", "rt", [("10.0.0.1", True)], ports=ports)
     unnamed = ready_hosts([s])
     assert unnamed.hosts == ()
-    assert unnamed.problem == "slice rt-1: several ports ('http', 'metrics'); name one with the deployment's service.port_name"
+    assert (
+        unnamed.problem
+        == "slice rt-1: several ports ('http', 'metrics'); name one with the deployment's service.port_name"
+    )
     assert ready_hosts([s], "http").hosts == (("10.0.0.1", 8100),)
     missing = ready_hosts([s], "grpc")
     assert missing.hosts == () and "no TCP port named 'grpc' (ports: 'http', 'metrics')" in (missing.problem or "")

@@ -64,7 +64,9 @@ def test_an_expired_watch_lists_again(api: FakeApiServer, watch: tuple[SliceWatc
     assert w.error is None
 
 
-def test_a_watch_the_server_ends_resumes_from_the_last_version_seen(api: FakeApiServer, watch: tuple[SliceWatch, threading.Event]) -> None:
+def test_a_watch_the_server_ends_resumes_from_the_last_version_seen(
+    api: FakeApiServer, watch: tuple[SliceWatch, threading.Event]
+) -> None:
     w, _ = watch
     wait_for(lambda: api.watches() == 1, what="the watch to open")
     api.put(NS, endpoint_slice("rt-2", "rt", [("10.0.0.2", True)]))
@@ -76,7 +78,9 @@ def test_a_watch_the_server_ends_resumes_from_the_last_version_seen(api: FakeApi
     assert api.lists() == 1
 
 
-def test_a_refusal_is_shown_and_the_slices_last_seen_stay(api: FakeApiServer, watch: tuple[SliceWatch, threading.Event]) -> None:
+def test_a_refusal_is_shown_and_the_slices_last_seen_stay(
+    api: FakeApiServer, watch: tuple[SliceWatch, threading.Event]
+) -> None:
     w, _ = watch
     wait_for(lambda: api.watches() == 1, what="the watch to open")  # else there is nothing to end yet
     api.forbidden.add(NS)

@@ -31,7 +31,10 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def runtimes(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Runtime]]:
     logs = tmp_path_factory.mktemp("runtimes")
-    started: dict[str, Runtime] = {"member": Runtime(tiny, logs / "member.log"), "tuned": Tuned(tiny, logs / "tuned.log", *TUNED_FLAGS)}
+    started: dict[str, Runtime] = {
+        "member": Runtime(tiny, logs / "member.log"),
+        "tuned": Tuned(tiny, logs / "tuned.log", *TUNED_FLAGS),
+    }
     try:
         for runtime in started.values():
             runtime.start()

@@ -37,14 +37,21 @@ def batch(states: int, repeat: int = 1, **options: Any) -> dict[str, Any]:
     """A /v1/systemone/batch of ``states`` one-question requests, each state the seed's example
     ``repeat`` times and numbered (`default` reads one in 0.07-0.2 s on two cores, so 200 take far
     longer than a deadline of seconds)."""
-    doc: dict[str, Any] = {"requests": {f"r{i}": {"state": f"{' '.join([STATE] * repeat)} ({i})", "questions": {"urgent": NOUL}} for i in range(states)}}
+    doc: dict[str, Any] = {
+        "requests": {
+            f"r{i}": {"state": f"{' '.join([STATE] * repeat)} ({i})", "questions": {"urgent": NOUL}}
+            for i in range(states)
+        }
+    }
     if options:
         doc["options"] = options
     return doc
 
 
 @contextmanager
-def front(directory: Path, runtime: str, *, forwarding: str = "auto", max_deadline_ms: int = 3000, max_concurrency: int = 8) -> Iterator[int]:
+def front(
+    directory: Path, runtime: str, *, forwarding: str = "auto", max_deadline_ms: int = 3000, max_concurrency: int = 8
+) -> Iterator[int]:
     """The listener's port, once it answers ASK; every part stopped afterwards."""
     directory.mkdir(parents=True, exist_ok=True)
     port, sidecar_port = free_port(), free_port()

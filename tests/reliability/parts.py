@@ -1,11 +1,11 @@
 """What the reliability scenarios are made of, beyond tests/extproc/harness.py's real parts.
 
-    PlaneProc   ``vllm-sr xds serve`` as a process on fixed ports, so it can be killed and
-                started again where Envoy and the sidecar look for it
-    Stack       a runtime, a control plane, ``vllm-sr extproc serve`` and Envoy on one config
-    Traffic     clients sending System One requests one after another until stopped; every
-                answer is kept: sent, failed, the longest wait
-    peak_rss    a process's high-water mark of resident memory (Linux ``VmHWM``)
+PlaneProc   ``vllm-sr xds serve`` as a process on fixed ports, so it can be killed and
+            started again where Envoy and the sidecar look for it
+Stack       a runtime, a control plane, ``vllm-sr extproc serve`` and Envoy on one config
+Traffic     clients sending System One requests one after another until stopped; every
+            answer is kept: sent, failed, the longest wait
+peak_rss    a process's high-water mark of resident memory (Linux ``VmHWM``)
 """
 
 from __future__ import annotations
@@ -55,14 +55,14 @@ deployments:
     text += f"""listeners:
   - name: public
     address: 127.0.0.1
-    port: {listeners['public']}
+    port: {listeners["public"]}
     apis:
       systemone: {{models: {models}, max_deadline_ms: 20000}}
 """
     if spare:
         text += f"""  - name: late
     address: 127.0.0.1
-    port: {listeners['late']}
+    port: {listeners["late"]}
     apis:
       systemone: {{models: [ha], max_deadline_ms: 20000}}
 """
@@ -111,14 +111,31 @@ class PlaneProc:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> PlaneProc:
-        cmd = [VLLM_SR, "xds", "serve", "--config", str(self.config), "--host", "127.0.0.1", "--port", str(self.port),
-               "--status-port", str(self.status_port), "--sidecar", f"127.0.0.1:{self.sidecar_port}", "--poll-interval", "0.01"]
+        cmd = [
+            VLLM_SR,
+            "xds",
+            "serve",
+            "--config",
+            str(self.config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--status-port",
+            str(self.status_port),
+            "--sidecar",
+            f"127.0.0.1:{self.sidecar_port}",
+            "--poll-interval",
+            "0.01",
+        ]
         self.proc = subprocess.Popen(cmd, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
         return self
 
     def wait(self, timeout: float = 60) -> PlaneProc:
         def ready() -> bool:
-            assert self.proc is not None and self.proc.poll() is None, f"vllm-sr xds serve exited: {self.log.read_text()[-2000:]}"
+            assert self.proc is not None and self.proc.poll() is None, (
+                f"vllm-sr xds serve exited: {self.log.read_text()[-2000:]}"
+            )
             return get_status(f"http://127.0.0.1:{self.status_port}/healthz", timeout=1) == 200
 
         wait_for(ready, timeout=timeout, interval=0.02, what="vllm-sr xds serve to serve")
@@ -166,7 +183,12 @@ class Stack:
 
     def wait_synced(self, text: str, timeout: float = 30) -> None:
         expected = expected_versions(text, self.plane.settings)
-        wait_for(lambda: synced(self.status(), expected), timeout=timeout, interval=0.02, what="Envoy and the sidecar to ACK the config")
+        wait_for(
+            lambda: synced(self.status(), expected),
+            timeout=timeout,
+            interval=0.02,
+            what="Envoy and the sidecar to ACK the config",
+        )
 
     def stop(self) -> None:
         self.envoy.stop()
@@ -272,7 +294,9 @@ class Traffic:
         while not self._stop.is_set():
             at = time.monotonic()
             try:
-                r = request(self.port, "POST", "/v1/systemone", data, {"content-type": "application/json"}, timeout=self.timeout)
+                r = request(
+                    self.port, "POST", "/v1/systemone", data, {"content-type": "application/json"}, timeout=self.timeout
+                )
                 self.answers.append(Answer(at, time.monotonic() - at, r.status, body=r.body[:500]))
             except OSError as exc:
                 self.answers.append(Answer(at, time.monotonic() - at, 0, f"{type(exc).__name__}: {exc}"))
@@ -287,7 +311,23 @@ class Traffic:
 
     def figures(self) -> Figures:
         answers = list(self.answers)
-        return Figures(len(answers), sum(a.status != 200 for a in answers), max((a.wait_s for a in answers), default=0.0))
+        return Figures(
+            len(answers), sum(a.status != 200 for a in answers), max((a.wait_s for a in answers), default=0.0)
+        )
 
 
-__all__ = ["ASK", "Answer", "Figures", "PlaneProc", "Stack", "Traffic", "config_text", "expected_versions", "peak_rss", "post", "stack", "synced", "write"]
+__all__ = [
+    "ASK",
+    "Answer",
+    "Figures",
+    "PlaneProc",
+    "Stack",
+    "Traffic",
+    "config_text",
+    "expected_versions",
+    "peak_rss",
+    "post",
+    "stack",
+    "synced",
+    "write",
+]

@@ -99,7 +99,9 @@ def _parse(case: str, data: bytes, wait: float, error: str) -> Reply:
     return Reply(case, int(lines[0].split()[1]), headers, rest, wait, error)
 
 
-def exchange(port: int, case: str, head: bytes, body: Iterable[bytes] = (), *, half_close: bool = False, timeout: float = 30) -> Reply:
+def exchange(
+    port: int, case: str, head: bytes, body: Iterable[bytes] = (), *, half_close: bool = False, timeout: float = 30
+) -> Reply:
     """One raw HTTP/1.1 request on its own connection; the answer is read while the body goes
     out. ``half_close`` ends the sending side after the body (a client cut off mid-body)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
@@ -141,7 +143,13 @@ def head_of(path: str, headers: Iterable[tuple[str, str]], length: int | None, m
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-def post(port: int, case: str, body: bytes, headers: Iterable[tuple[str, str]] = (("content-type", "application/json"),), path: str = "/v1/systemone") -> Reply:
+def post(
+    port: int,
+    case: str,
+    body: bytes,
+    headers: Iterable[tuple[str, str]] = (("content-type", "application/json"),),
+    path: str = "/v1/systemone",
+) -> Reply:
     return exchange(port, case, head_of(path, headers, len(body)), [body])
 
 
@@ -182,76 +190,197 @@ def zstd_bomb(decoded: int = 4 << 30) -> bytes:
 def fixed_cases(port: int) -> Iterator[Reply]:
     """The bad requests a fuzzer would take long to find, each sent once."""
     placeholder = "<image:" + "0" * 32 + ">"
-    with_asset = json.dumps({**VALID, "state": f"see {placeholder}", "assets": {placeholder: {"type": "image", "part": "asset-0"}}}).encode()
+    with_asset = json.dumps(
+        {**VALID, "state": f"see {placeholder}", "assets": {placeholder: {"type": "image", "part": "asset-0"}}}
+    ).encode()
     yield post(port, "valid", VALID_BYTES)
     # over 32 MiB: declared, chunked, in a multipart part, decoded from zstd
-    yield exchange(port, "over 32 MiB, declared", head_of("/v1/systemone", [("content-type", "application/json")], OVER), repeated(b" " * (1 << 20), OVER))
-    yield exchange(port, "over 32 MiB, chunked", head_of("/v1/systemone", [("content-type", "application/json"), ("transfer-encoding", "chunked")], None), chunked(repeated(b" " * (1 << 20), OVER)))
+    yield exchange(
+        port,
+        "over 32 MiB, declared",
+        head_of("/v1/systemone", [("content-type", "application/json")], OVER),
+        repeated(b" " * (1 << 20), OVER),
+    )
+    yield exchange(
+        port,
+        "over 32 MiB, chunked",
+        head_of("/v1/systemone", [("content-type", "application/json"), ("transfer-encoding", "chunked")], None),
+        chunked(repeated(b" " * (1 << 20), OVER)),
+    )
     big_part = multipart([("request", with_asset), ("asset-0", b"\0" * OVER)])
     yield post(port, "over 32 MiB, a multipart part", big_part, [MULTIPART])
-    yield post(port, "zstd over 32 MiB decoded", zstandard.compress(b" " * OVER), [("content-type", "application/json"), ("content-encoding", "zstd")])
-    yield post(port, "zstd bomb, 4 GiB decoded", zstd_bomb(), [("content-type", "application/json"), ("content-encoding", "zstd")])
-    yield post(port, "zstd bomb in a multipart body", zstandard.compress(b"\0" * OVER), [MULTIPART, ("content-encoding", "zstd")])
+    yield post(
+        port,
+        "zstd over 32 MiB decoded",
+        zstandard.compress(b" " * OVER),
+        [("content-type", "application/json"), ("content-encoding", "zstd")],
+    )
+    yield post(
+        port,
+        "zstd bomb, 4 GiB decoded",
+        zstd_bomb(),
+        [("content-type", "application/json"), ("content-encoding", "zstd")],
+    )
+    yield post(
+        port,
+        "zstd bomb in a multipart body",
+        zstandard.compress(b"\0" * OVER),
+        [MULTIPART, ("content-encoding", "zstd")],
+    )
     yield post(port, "zstd, cut short", zstandard.compress(VALID_BYTES)[:-6], [("content-encoding", "zstd")])
     yield post(port, "zstd, then garbage", zstandard.compress(VALID_BYTES) + b"garbage", [("content-encoding", "zstd")])
     # multipart with missing parts
     yield post(port, "multipart, no request part", multipart([("other", VALID_BYTES)]), [MULTIPART])
     yield post(port, "multipart, the asset's part missing", multipart([("request", with_asset)]), [MULTIPART])
-    yield post(port, "multipart, a part nobody claims", multipart([("request", VALID_BYTES), ("asset-9", b"x")]), [MULTIPART])
-    yield post(port, "multipart, no boundary", multipart([("request", VALID_BYTES)]), [("content-type", "multipart/form-data")])
+    yield post(
+        port, "multipart, a part nobody claims", multipart([("request", VALID_BYTES), ("asset-9", b"x")]), [MULTIPART]
+    )
+    yield post(
+        port, "multipart, no boundary", multipart([("request", VALID_BYTES)]), [("content-type", "multipart/form-data")]
+    )
     yield post(port, "multipart, no closing boundary", multipart([("request", VALID_BYTES)])[:-14], [MULTIPART])
-    yield post(port, "multipart, a part with no name", b"--b0undary\r\ncontent-disposition: form-data\r\n\r\nx\r\n--b0undary--\r\n", [MULTIPART])
+    yield post(
+        port,
+        "multipart, a part with no name",
+        b"--b0undary\r\ncontent-disposition: form-data\r\n\r\nx\r\n--b0undary--\r\n",
+        [MULTIPART],
+    )
     yield post(port, "multipart, empty", b"", [MULTIPART])
     # JSON a reader can choke on
     yield post(port, "arrays 100,000 deep", b"[" * 100_000 + b"]" * 100_000)
-    yield post(port, "a state 490 arrays deep", b'{"state": ' + b"[" * 490 + b"]" * 490 + b', "questions": {"q": {"type": "noul", "instructions": "x"}}}')
+    yield post(
+        port,
+        "a state 490 arrays deep",
+        b'{"state": ' + b"[" * 490 + b"]" * 490 + b', "questions": {"q": {"type": "noul", "instructions": "x"}}}',
+    )
     yield post(port, "a number of 400 digits", json.dumps({**VALID, "options": {"deadline_ms": 10**400}}).encode())
     yield post(port, "NaN as the state", VALID_BYTES.replace(json.dumps(STATE).encode(), b"NaN"))
     yield post(port, "a lone surrogate", VALID_BYTES.replace(b"Our export", b"\\ud800 export"))
     yield post(port, "UTF-16", json.dumps(VALID).encode("utf-16"))
     # bodies cut short: the client stops sending and closes its side
-    yield exchange(port, "cut short, declared length", head_of("/v1/systemone", [("content-type", "application/json")], 1000), [VALID_BYTES[:20]], half_close=True)
-    yield exchange(port, "cut short, chunked", head_of("/v1/systemone", [("transfer-encoding", "chunked")], None), [b"100\r\n" + VALID_BYTES[:20]], half_close=True)
-    yield exchange(port, "cut short, multipart", head_of("/v1/systemone", [MULTIPART], 5000), [multipart([("request", VALID_BYTES)])[:40]], half_close=True)
+    yield exchange(
+        port,
+        "cut short, declared length",
+        head_of("/v1/systemone", [("content-type", "application/json")], 1000),
+        [VALID_BYTES[:20]],
+        half_close=True,
+    )
+    yield exchange(
+        port,
+        "cut short, chunked",
+        head_of("/v1/systemone", [("transfer-encoding", "chunked")], None),
+        [b"100\r\n" + VALID_BYTES[:20]],
+        half_close=True,
+    )
+    yield exchange(
+        port,
+        "cut short, multipart",
+        head_of("/v1/systemone", [MULTIPART], 5000),
+        [multipart([("request", VALID_BYTES)])[:40]],
+        half_close=True,
+    )
 
 
 CUT_SHORT = "cut short"  # no answer is owed to a request that never arrived whole
 
 mutated = near(VALID)
-json_bodies = st.one_of(json_values.map(lambda v: json.dumps(v).encode()), mutated.map(lambda v: json.dumps(v).encode()), st.just(VALID_BYTES))
+json_bodies = st.one_of(
+    json_values.map(lambda v: json.dumps(v).encode()),
+    mutated.map(lambda v: json.dumps(v).encode()),
+    st.just(VALID_BYTES),
+)
 bodies = st.one_of(
     st.binary(max_size=300),
     json_bodies,
     st.text(max_size=200).map(str.encode),
-    st.lists(st.tuples(st.sampled_from(["request", "asset-0", "x", ""]), json_bodies | st.binary(max_size=50)), max_size=3).map(multipart),
+    st.lists(
+        st.tuples(st.sampled_from(["request", "asset-0", "x", ""]), json_bodies | st.binary(max_size=50)), max_size=3
+    ).map(multipart),
 )
 # Mostly the System One endpoints, where reading goes deep; now and then any path.
 any_path = st.text(alphabet="/abcv1-_.%?=", min_size=1, max_size=20).map(lambda p: "/" + p)
 paths = st.integers(0, 9).flatmap(
-    lambda i: any_path if i == 0 else st.sampled_from(["/v1/systemone"] * 4 + ["/v1/systemone/batch"] * 2 + ["/v1/decisions"] * 2 + ["/v1/models"])
+    lambda i: (
+        any_path
+        if i == 0
+        else st.sampled_from(
+            ["/v1/systemone"] * 4 + ["/v1/systemone/batch"] * 2 + ["/v1/decisions"] * 2 + ["/v1/models"]
+        )
+    )
 )
 content_types = st.sampled_from(
-    ["application/json", "application/json; charset=utf-8", "text/plain", "multipart/form-data; boundary=b0undary", "multipart/form-data", "multipart/form-data; boundary=", "application/x-www-form-urlencoded", "*/*", ""]
+    [
+        "application/json",
+        "application/json; charset=utf-8",
+        "text/plain",
+        "multipart/form-data; boundary=b0undary",
+        "multipart/form-data",
+        "multipart/form-data; boundary=",
+        "application/x-www-form-urlencoded",
+        "*/*",
+        "",
+    ]
 )
 encodings = st.sampled_from([""] * 6 + ["zstd"] * 4 + ["identity", "gzip", "zstd, zstd", "ZSTD", "br"])
 token = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=16)
-header_names = st.sampled_from(["authorization", "x-request-id", "typesafe-danger-zone-long-context", "accept", "accept-encoding", "x-vsr-cluster"]) | token.filter(
-    lambda n: n not in ("host", "content-length", "transfer-encoding", "connection", "expect", "upgrade", "content-type", "content-encoding")
+header_names = st.sampled_from(
+    ["authorization", "x-request-id", "typesafe-danger-zone-long-context", "accept", "accept-encoding", "x-vsr-cluster"]
+) | token.filter(
+    lambda n: (
+        n
+        not in (
+            "host",
+            "content-length",
+            "transfer-encoding",
+            "connection",
+            "expect",
+            "upgrade",
+            "content-type",
+            "content-encoding",
+        )
+    )
 )
-header_values = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0xFF, blacklist_characters="\x7f"), max_size=40)
+header_values = st.text(
+    alphabet=st.characters(min_codepoint=0x20, max_codepoint=0xFF, blacklist_characters="\x7f"), max_size=40
+)
 
 
 def fuzz_cases(port: int, examples: int, seed: int | None = None) -> list[Reply]:
     """``examples`` requests drawn by hypothesis; every answer kept."""
     out: list[Reply] = []
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=seed is not None, suppress_health_check=list(HealthCheck))
-    @given(path=paths, method=st.sampled_from(["POST"] * 8 + ["GET", "PUT"]), body=bodies, content_type=content_types, encoding=encodings, compress=st.booleans(),
-           headers=st.lists(st.tuples(header_names, header_values), max_size=4))
-    def one(path: str, method: str, body: bytes, content_type: str, encoding: str, compress: bool, headers: list[tuple[str, str]]) -> None:
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=seed is not None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        path=paths,
+        method=st.sampled_from(["POST"] * 8 + ["GET", "PUT"]),
+        body=bodies,
+        content_type=content_types,
+        encoding=encodings,
+        compress=st.booleans(),
+        headers=st.lists(st.tuples(header_names, header_values), max_size=4),
+    )
+    def one(
+        path: str,
+        method: str,
+        body: bytes,
+        content_type: str,
+        encoding: str,
+        compress: bool,
+        headers: list[tuple[str, str]],
+    ) -> None:
         if encoding == "zstd" and compress:
             body = zstandard.compress(body)
-        hs = [*headers, *((("content-type", content_type),) if content_type else ()), *((("content-encoding", encoding),) if encoding else ())]
+        hs = [
+            *headers,
+            *((("content-type", content_type),) if content_type else ()),
+            *((("content-encoding", encoding),) if encoding else ()),
+        ]
         out.append(exchange(port, f"fuzz {method} {path}", head_of(path, hs, len(body), method), [body]))
 
     one()
@@ -273,7 +402,11 @@ def bad_input(runtime: Tuned, *, examples: int = 150, seed: int | None = 0) -> B
     """Send ``fixed_cases`` and ``examples`` hypothesis requests to ``runtime``, one at a time."""
     before = peak_rss(runtime.pid)
     answers = [*fixed_cases(runtime.port), *fuzz_cases(runtime.port, examples, seed)]
-    failures = [r for r in answers if (r.status >= 500 and r.status not in DOCUMENTED_5XX) or (r.status == 0 and not r.case.startswith(CUT_SHORT))]
+    failures = [
+        r
+        for r in answers
+        if (r.status >= 500 and r.status not in DOCUMENTED_5XX) or (r.status == 0 and not r.case.startswith(CUT_SHORT))
+    ]
     alive = runtime.alive() and post(runtime.port, "valid, after", VALID_BYTES).status == 200
     return BadInput(
         Figures(len(answers), len(failures), max(r.wait_s for r in answers)),
@@ -304,8 +437,18 @@ def metrics_statuses(runtime: Runtime) -> Counter[str]:
 def _long_request(i: int, words: int = 1200) -> bytes:
     """A request of about 1,500 tokens whose state no other request shares (no reuse)."""
     rng = random.Random(i)
-    state = f"ticket {i}: " + " ".join(rng.choice(["export", "invoice", "refund", "error", "button", "login", "slow", "page"]) for _ in range(words))
-    return json.dumps({"state": state, "questions": {"urgent": NOUL, "angry": {"type": "score", "instructions": "How angry?", "criteria": ["calm", "annoyed", "furious"]}}}).encode()
+    state = f"ticket {i}: " + " ".join(
+        rng.choice(["export", "invoice", "refund", "error", "button", "login", "slow", "page"]) for _ in range(words)
+    )
+    return json.dumps(
+        {
+            "state": state,
+            "questions": {
+                "urgent": NOUL,
+                "angry": {"type": "score", "instructions": "How angry?", "criteria": ["calm", "annoyed", "furious"]},
+            },
+        }
+    ).encode()
 
 
 @dataclass
@@ -330,7 +473,13 @@ def overload(runtime: Runtime, *, clients: int = 24, bursts: int = 2, after: int
         def client(i: int) -> None:
             body = _long_request(burst * clients + i)
             gate.wait()
-            r = exchange(runtime.port, "burst", head_of("/v1/systemone", [("content-type", "application/json")], len(body)), [body], timeout=timeout)
+            r = exchange(
+                runtime.port,
+                "burst",
+                head_of("/v1/systemone", [("content-type", "application/json")], len(body)),
+                [body],
+                timeout=timeout,
+            )
             with lock:
                 replies.append(r)
 
@@ -359,4 +508,16 @@ def wait_ready(runtime: Tuned) -> Tuned:
     return runtime
 
 
-__all__ = ["TUNED_FLAGS", "BadInput", "Overload", "Reply", "Tuned", "bad_input", "exchange", "metrics_statuses", "overload", "wait_ready", "zstd_bomb"]
+__all__ = [
+    "TUNED_FLAGS",
+    "BadInput",
+    "Overload",
+    "Reply",
+    "Tuned",
+    "bad_input",
+    "exchange",
+    "metrics_statuses",
+    "overload",
+    "wait_ready",
+    "zstd_bomb",
+]

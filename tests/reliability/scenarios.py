@@ -24,7 +24,18 @@ from structlog.testing import capture_logs
 from sr_control.compiler.templates import Template, templates
 from tests.e2e.envoy_proc import wait_for
 from tests.extproc.harness import get_text, metric
-from tests.reliability.parts import ASK, Answer, Figures, PlaneProc, Stack, Traffic, expected_versions, post, synced, write
+from tests.reliability.parts import (
+    ASK,
+    Answer,
+    Figures,
+    PlaneProc,
+    Stack,
+    Traffic,
+    expected_versions,
+    post,
+    synced,
+    write,
+)
 
 # ---------------------------------------------------------------------------- xDS server killed and restarted
 
@@ -38,10 +49,14 @@ class Restart:
     resync_s: float  # new process serving -> Envoy and the sidecar ACKed the version edited while down
     new_listener_s: float  # new process serving -> the listener added while down answers
     new_pool_status: int  # the pool added while down, asked on the listener in use
-    reconnected_s: dict[str, float] = field(default_factory=dict)  # "envoy", "sidecar" -> new process serving -> its stream opened
+    reconnected_s: dict[str, float] = field(
+        default_factory=dict
+    )  # "envoy", "sidecar" -> new process serving -> its stream opened
 
 
-def xds_restart(s: Stack, *, edit: bool = True, warm_s: float = 0.5, down_s: float = 3.0, after_s: float = 1.0, clients: int = 2) -> Restart:
+def xds_restart(
+    s: Stack, *, edit: bool = True, warm_s: float = 0.5, down_s: float = 3.0, after_s: float = 1.0, clients: int = 2
+) -> Restart:
     """Kill the control plane under steady traffic, edit the config while it is down (a new
     deployment, a new pool on the listener in use, a new listener), start it again on the same
     ports, and wait for Envoy and the sidecar to reconnect and hold the edited version. With
@@ -59,19 +74,37 @@ def xds_restart(s: Stack, *, edit: bool = True, warm_s: float = 0.5, down_s: flo
         s.plane.start().wait()
         serving, serving_at = time.monotonic(), datetime.now(timezone.utc)
         expected = expected_versions(edited, s.plane.settings)
-        wait_for(lambda: synced(s.status(), expected), timeout=30, interval=0.01, what="Envoy and the sidecar to resync")
+        wait_for(
+            lambda: synced(s.status(), expected), timeout=30, interval=0.01, what="Envoy and the sidecar to resync"
+        )
         resynced = late = time.monotonic()
         new_pool = 0
         if edit:
-            wait_for(lambda: post(s.listeners["late"], {**ASK, "model": "ha"}, timeout=5).status == 200, timeout=30, interval=0.01, what="the new listener to answer")
+            wait_for(
+                lambda: post(s.listeners["late"], {**ASK, "model": "ha"}, timeout=5).status == 200,
+                timeout=30,
+                interval=0.01,
+                what="the new listener to answer",
+            )
             late = time.monotonic()
             new_pool = post(s.listeners["public"], {**ASK, "model": "ha"}).status
         time.sleep(after_s)
     reconnected = {
-        ("sidecar" if node["cluster"] == "vllm-sr-sidecar" else "envoy"): (datetime.fromisoformat(node["connected_at"]) - serving_at).total_seconds()
+        ("sidecar" if node["cluster"] == "vllm-sr-sidecar" else "envoy"): (
+            datetime.fromisoformat(node["connected_at"]) - serving_at
+        ).total_seconds()
         for node in s.status()["nodes"]
     }
-    return Restart(traffic.figures(), traffic.failures, answered_while_down, serving - killed, resynced - serving, late - serving if edit else 0.0, new_pool, reconnected)
+    return Restart(
+        traffic.figures(),
+        traffic.failures,
+        answered_while_down,
+        serving - killed,
+        resynced - serving,
+        late - serving if edit else 0.0,
+        new_pool,
+        reconnected,
+    )
 
 
 # ---------------------------------------------------------------------------- invalid edits
@@ -158,20 +191,27 @@ def invalid_edits(s: Stack, *, hold_s: float = 0.3, clients: int = 2) -> Edits:
             logged_before = len(logs)
             with edit.injected() if edit.injected else _nothing():
                 write(s.config, edit.change(original))
-                after = wait_for(lambda: (st := s.status())["last_reload"] != before["last_reload"] and st, timeout=30, interval=0.01, what=f"the {edit.name} edit to be read")
+                after = wait_for(
+                    lambda: (st := s.status())["last_reload"] != before["last_reload"] and st,
+                    timeout=30,
+                    interval=0.01,
+                    what=f"the {edit.name} edit to be read",
+                )
             time.sleep(hold_s)  # traffic goes on meanwhile; nothing must have moved
             st = s.status()
             rejected = [e for e in logs[logged_before:] if e.get("event") == "config rejected"]
-            out.append(Refusal(
-                edit.name,
-                after["last_reload"]["result"],
-                before["version"],
-                st["version"],
-                synced(st, old),
-                (after.get("last_error") or {}).get("problems", []),
-                rejected,
-                metric(get_text(metrics_url), "vsr_config_reload_total", result=edit.result) - count,
-            ))
+            out.append(
+                Refusal(
+                    edit.name,
+                    after["last_reload"]["result"],
+                    before["version"],
+                    st["version"],
+                    synced(st, old),
+                    (after.get("last_error") or {}).get("problems", []),
+                    rejected,
+                    metric(get_text(metrics_url), "vsr_config_reload_total", result=edit.result) - count,
+                )
+            )
         valid = _valid_change(original)
         write(s.config, valid)
         expected = expected_versions(valid, s.plane.settings)

@@ -44,7 +44,9 @@ def dropped(runtime: Runtime) -> float:
 
 
 @pytest.mark.parametrize("forwarding", ["auto", "envoy"])
-@pytest.mark.parametrize(("options", "deadline_ms"), [({}, 2000), ({"deadline_ms": 1000}, 1000), ({"deadline_ms": 60000}, 2000)])
+@pytest.mark.parametrize(
+    ("options", "deadline_ms"), [({}, 2000), ({"deadline_ms": 1000}, 1000), ({"deadline_ms": 60000}, 2000)]
+)
 def test_a_batch_past_its_deadline_gets_the_json_504_and_the_next_request_is_answered_at_once(
     default: Runtime, tmp_path: Path, forwarding: str, options: dict[str, int], deadline_ms: int
 ) -> None:
@@ -92,12 +94,18 @@ def tight(default: Runtime, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     deadline_ms=st.one_of(st.none(), st.integers(1, 2500)),
     path=st.sampled_from(["/v1/systemone/batch", "/v1/systemone"]),
 )
-def test_no_answer_is_empty_whatever_the_size_and_the_deadline(tight: int, states: int, repeat: int, deadline_ms: int | None, path: str) -> None:
+def test_no_answer_is_empty_whatever_the_size_and_the_deadline(
+    tight: int, states: int, repeat: int, deadline_ms: int | None, path: str
+) -> None:
     """Every answer is JSON in the listener's form with a documented status, never Envoy's empty 504."""
     options = {} if deadline_ms is None else {"deadline_ms": deadline_ms}
     doc = batch(states, repeat=repeat, **options)
     if path == "/v1/systemone":  # one request: the batch's states as one long state
-        doc = {"state": " ".join(r["state"] for r in doc["requests"].values()), "questions": ASK["questions"], **({"options": options} if options else {})}
+        doc = {
+            "state": " ".join(r["state"] for r in doc["requests"].values()),
+            "questions": ASK["questions"],
+            **({"options": options} if options else {}),
+        }
     reply = post(tight, doc, path=path)
     assert reply.headers.get("content-type") == "application/json" and reply.body, (reply.status, reply.body)
     answer = json.loads(reply.body)
@@ -115,24 +123,46 @@ def test_a_client_that_goes_away_ends_its_batchs_work(default: Runtime) -> None:
     before = metric(get_text(f"{default.url}/metrics"), "vsr_runtime_dropped_requests_total", why="client_closed")
     body = json.dumps(batch(200, repeat=4)).encode()
     with socket.create_connection(("127.0.0.1", default.port)) as conn:
-        conn.sendall(b"POST /v1/systemone/batch HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                     + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+        conn.sendall(
+            b"POST /v1/systemone/batch HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
         # Slices of it are running: the batch waits for more of the engine.
-        wait_for(lambda: metric(get_text(f"{default.url}/metrics"), "vsr_runtime_queue_depth") == 1, timeout=30, what="the batch to run")
-    wait_for(lambda: metric(get_text(f"{default.url}/metrics"), "vsr_runtime_dropped_requests_total", why="client_closed") > before, timeout=10, what="the batch to be dropped")
+        wait_for(
+            lambda: metric(get_text(f"{default.url}/metrics"), "vsr_runtime_queue_depth") == 1,
+            timeout=30,
+            what="the batch to run",
+        )
+    wait_for(
+        lambda: (
+            metric(get_text(f"{default.url}/metrics"), "vsr_runtime_dropped_requests_total", why="client_closed")
+            > before
+        ),
+        timeout=10,
+        what="the batch to be dropped",
+    )
     text = get_text(f"{default.url}/metrics")
     assert metric(text, "vsr_runtime_dropped_requests_total", why="client_closed") - before > 100
     assert metric(text, "vsr_runtime_queue_depth") == 0
 
 
-def test_a_request_waiting_for_a_free_call_to_the_member_ends_at_its_own_deadline(default: Runtime, tmp_path: Path) -> None:
+def test_a_request_waiting_for_a_free_call_to_the_member_ends_at_its_own_deadline(
+    default: Runtime, tmp_path: Path
+) -> None:
     """``max_concurrency: 1`` and a batch holding that one call: the next request waits its turn
     in the sidecar only until its own deadline, then gets the JSON 504 saying why."""
     with front(tmp_path, default.url, max_deadline_ms=3000, max_concurrency=1) as port, ThreadPoolExecutor(1) as pool:
         big = pool.submit(post, port, batch(200, repeat=4), "/v1/systemone/batch")
-        wait_for(lambda: metric(get_text(f"{default.url}/metrics"), "vsr_runtime_queue_depth") == 1, timeout=30, what="the batch to run")
+        wait_for(
+            lambda: metric(get_text(f"{default.url}/metrics"), "vsr_runtime_queue_depth") == 1,
+            timeout=30,
+            what="the batch to run",
+        )
         waited = post(port, {**ASK, "options": {"deadline_ms": 500}})
         assert waited.status == 504 and waited.headers["content-type"] == "application/json"
         error = json.loads(waited.body)
-        assert error["reason"] == "deadline_exceeded" and "no free call (max_concurrency 1)" in error["detail"]["message"], error
+        assert (
+            error["reason"] == "deadline_exceeded" and "no free call (max_concurrency 1)" in error["detail"]["message"]
+        ), error
         assert big.result(30).status == 504

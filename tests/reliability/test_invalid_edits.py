@@ -39,6 +39,8 @@ def test_invalid_edits_are_never_served_and_no_request_fails(editable: Stack) ->
             assert where["file"] == str(editable.config), where
             if x.edit != "template error":
                 assert where["line"] > 0, where  # the file's own error: its line
-    assert "TemplateError" in r.refusals[-1].problems[0]["message"] and "listner" in r.refusals[-1].problems[0]["message"]
+    assert (
+        "TemplateError" in r.refusals[-1].problems[0]["message"] and "listner" in r.refusals[-1].problems[0]["message"]
+    )
     assert r.next_valid_served
     assert r.failures == [], r.failures[:5]

@@ -28,13 +28,26 @@ def test_bad_input_never_gets_an_undocumented_5xx_and_the_server_lives_on(tuned:
     assert r.failures == [], [(f.case, f.status, f.error, f.body[:200]) for f in r.failures]
     assert r.alive
     by_case = {a.case: a for a in r.answers}
-    for case in ("over 32 MiB, declared", "over 32 MiB, chunked", "over 32 MiB, a multipart part", "zstd over 32 MiB decoded", "zstd bomb, 4 GiB decoded", "zstd bomb in a multipart body"):
+    for case in (
+        "over 32 MiB, declared",
+        "over 32 MiB, chunked",
+        "over 32 MiB, a multipart part",
+        "zstd over 32 MiB decoded",
+        "zstd bomb, 4 GiB decoded",
+        "zstd bomb in a multipart body",
+    ):
         assert by_case[case].status == 413 and json.loads(by_case[case].body)["code"] == "request_too_large", case
-    for case in ("multipart, no request part", "multipart, the asset's part missing", "multipart, a part nobody claims"):
+    for case in (
+        "multipart, no request part",
+        "multipart, the asset's part missing",
+        "multipart, a part nobody claims",
+    ):
         assert by_case[case].status == 422, case
     # JSON nested past Python's recursion limit: bad bodies, not 500s
     for case in ("arrays 100,000 deep", "a state 490 arrays deep"):
-        assert by_case[case].status == 422 and json.loads(by_case[case].body)["detail"][0]["type"] == "json_invalid", case
+        assert by_case[case].status == 422 and json.loads(by_case[case].body)["detail"][0]["type"] == "json_invalid", (
+            case
+        )
     # deadline_ms has no maximum: 400 digits is a valid deadline, honoured as the longest one
     assert by_case["a number of 400 digits"].status == 200
     # A bomb is refused on what it decodes to so far, never decoded whole: 4 GiB would show here.
@@ -60,13 +73,21 @@ class RecursingEngine:
         return self.answer_batch(requests, depth + 1)
 
 
-def test_an_unexpected_error_with_a_deep_traceback_is_logged_as_plain_text_and_holds_nothing_up(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unexpected_error_with_a_deep_traceback_is_logged_as_plain_text_and_holds_nothing_up(
+    tiny: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Logged with exc_info, the console renderer drew this traceback with rich, locals and all,
     # on the event loop: minutes during which the server answered nothing (the timeout shows it).
     engine = RecursingEngine(load_engine(str(tiny)))
     with serving(ServerSettings(str(tiny)), engine_loader(engine)) as client:  # type: ignore[arg-type]
         answers: list[int] = []
-        failing = threading.Thread(target=lambda: answers.append(client.post("/v1/systemone", json={"state": "x", "questions": {"q": {"type": "noul", "instructions": "y"}}}).status_code))
+        failing = threading.Thread(
+            target=lambda: answers.append(
+                client.post(
+                    "/v1/systemone", json={"state": "x", "questions": {"q": {"type": "noul", "instructions": "y"}}}
+                ).status_code
+            )
+        )
         failing.start()
         failing.join(60)
         assert answers == [500]

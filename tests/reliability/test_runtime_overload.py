@@ -16,7 +16,9 @@ pytestmark = pytest.mark.timeout(120)
 
 def test_a_burst_over_the_queue_gets_529_with_retry_after_and_the_server_recovers(tuned: Tuned) -> None:
     r = overload(tuned, clients=24, bursts=2)
-    assert r.failures == [], [(f.status, f.error, f.headers, f.body[:200]) for f in r.failures]  # 200 or 529, none timed out
+    assert r.failures == [], [
+        (f.status, f.error, f.headers, f.body[:200]) for f in r.failures
+    ]  # 200 or 529, none timed out
     assert r.overloaded and r.statuses[200] > 0, r.statuses  # the bursts were more than it admits
     for x in r.overloaded:
         assert x.headers["retry-after"] == "1" and x.headers["retry-after-ms"] == "1000"

@@ -13,7 +13,9 @@ from sr_runtime.engine import Engine
 from sr_runtime.request import answer
 
 
-def respond(engine: Engine, doc: dict[str, Any], schema: str = "vllm-sr/5.0", path: str = "/v1/systemone") -> dict[str, Any]:
+def respond(
+    engine: Engine, doc: dict[str, Any], schema: str = "vllm-sr/5.0", path: str = "/v1/systemone"
+) -> dict[str, Any]:
     return json.loads(answer(engine, REGISTRY.listener(schema).read(path, json.dumps(doc).encode())))  # type: ignore[no-any-return]
 
 

@@ -28,7 +28,10 @@ def test_the_parts_are_split_by_question_and_large_enough() -> None:
 
 def test_every_example_is_a_valid_request_with_a_label_its_question_offers() -> None:
     for row in rows("builtin-dev.jsonl") + rows("builtin-heldout.jsonl"):
-        body = {"state": row["state"], "questions": {"q": {k: row[k] for k in ("type", "instructions", "criteria") if k in row}}}
+        body = {
+            "state": row["state"],
+            "questions": {"q": {k: row[k] for k in ("type", "instructions", "criteria") if k in row}},
+        }
         if "roles" in row:
             body["roles"] = row["roles"]
         (parsed,) = read_request(body).request.questions

@@ -47,10 +47,26 @@ def test_default_reads_a_long_state_whole(default: EmbeddingEngine) -> None:
 
 
 def test_default_scores_and_refuses_what_it_cannot_read(default: EmbeddingEngine) -> None:
-    result = default.answer(DecisionRequest(SEED_002_STATE, (
-        read_request({"state": "s", "questions": {"a": {"type": "score", "instructions": "How angry is the customer?", "criteria": ["calm", "annoyed", "furious"]}}}).request.questions[0],
-        NoulQuestion(),
-    )))
+    result = default.answer(
+        DecisionRequest(
+            SEED_002_STATE,
+            (
+                read_request(
+                    {
+                        "state": "s",
+                        "questions": {
+                            "a": {
+                                "type": "score",
+                                "instructions": "How angry is the customer?",
+                                "criteria": ["calm", "annoyed", "furious"],
+                            }
+                        },
+                    }
+                ).request.questions[0],
+                NoulQuestion(),
+            ),
+        )
+    )
     score, empty = result.answers
     assert isinstance(score, ScoreAnswer) and 0 <= score.score <= 2 and 0 <= score.confidence <= 1
     assert isinstance(empty, QuestionError) and empty.code == "invalid_question"
@@ -64,12 +80,16 @@ def test_default_refuses_a_state_over_its_length(default: EmbeddingEngine) -> No
 
 
 def test_an_unknown_model_names_the_built_ins() -> None:
-    with pytest.raises(CheckpointError, match=r"unknown model 'd3-ultra': not a folder, and not a built-in \(default, smollm2-135m\)"):
+    with pytest.raises(
+        CheckpointError, match=r"unknown model 'd3-ultra': not a folder, and not a built-in \(default, smollm2-135m\)"
+    ):
         load_engine("d3-ultra")
 
 
 @pytest.mark.slow
-def test_smollm2_converts_once_and_state_once_equals_its_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_smollm2_converts_once_and_state_once_equals_its_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A real 135M-parameter causal LM: the state-once path against whole forwards, zero-shot readout."""
     monkeypatch.setenv("VLLM_SR_CACHE", str(tmp_path))
     engine = load_engine("smollm2-135m")
@@ -106,7 +126,13 @@ def test_default_answers_a_set_of_topic_labels_label_by_label(default: Embedding
 
     doc = {
         "state": "I was charged twice for the March invoice and I want a refund.",
-        "questions": {"topics": {"type": "set", "instructions": "Which topics does the message touch?", "criteria": {"billing": "payments, invoices and refunds", "shipping": "deliveries and parcels"}}},
+        "questions": {
+            "topics": {
+                "type": "set",
+                "instructions": "Which topics does the message touch?",
+                "criteria": {"billing": "payments, invoices and refunds", "shipping": "deliveries and parcels"},
+            }
+        },
     }
     response = json.loads(answer(default, read(json.dumps(doc).encode())))
     assert response["sets"]["topics"]["selected"] == ["billing"]

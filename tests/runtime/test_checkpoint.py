@@ -53,26 +53,70 @@ CASES: list[tuple[str, Edit, str]] = [
         _set(attention_mode="x"),
         "unsupported decision_config.json attention_mode 'x' (supported: causal, noncausal_full_attention, prefix_bidir)",
     ),
-    ("unknown field", _set(rope_scaling_v2=True), "unsupported decision_config.json field 'rope_scaling_v2' (supported: "),
-    ("unknown layout", _set(prompt_layout="header-v2"), "unsupported decision_config.json prompt_layout 'header-v2' (supported: d3, header-v1)"),
+    (
+        "unknown field",
+        _set(rope_scaling_v2=True),
+        "unsupported decision_config.json field 'rope_scaling_v2' (supported: ",
+    ),
+    (
+        "unknown layout",
+        _set(prompt_layout="header-v2"),
+        "unsupported decision_config.json prompt_layout 'header-v2' (supported: d3, header-v1)",
+    ),
     ("unknown prompt", _set(prompt="chatml"), "unsupported decision_config.json prompt 'chatml' (supported: d3)"),
     ("newer format", _set(format_version=2), "unsupported decision_config.json format_version 2 (supported: 1)"),
     ("bool format", _set(format_version=True), "unsupported decision_config.json format_version True (supported: 1)"),
     ("unknown pooling", _set(pooling="mean"), "unsupported decision_config.json pooling 'mean' (supported: last)"),
     ("unknown readout dtype", _set(readout_dtype="int8"), "unsupported decision_config.json readout_dtype 'int8'"),
-    ("zero temperature", _set(temperature=0), "invalid decision_config.json temperature 0 (must be positive and finite)"),
-    ("negative temperature", _set(temperature=-1.5), "invalid decision_config.json temperature -1.5 (must be positive and finite)"),
-    ("bool temperature", _set(temperature=True), "invalid decision_config.json temperature True (must be positive and finite)"),
-    ("string temperature", _set(temperature="1.0"), "invalid decision_config.json temperature '1.0' (must be positive and finite)"),
+    (
+        "zero temperature",
+        _set(temperature=0),
+        "invalid decision_config.json temperature 0 (must be positive and finite)",
+    ),
+    (
+        "negative temperature",
+        _set(temperature=-1.5),
+        "invalid decision_config.json temperature -1.5 (must be positive and finite)",
+    ),
+    (
+        "bool temperature",
+        _set(temperature=True),
+        "invalid decision_config.json temperature True (must be positive and finite)",
+    ),
+    (
+        "string temperature",
+        _set(temperature="1.0"),
+        "invalid decision_config.json temperature '1.0' (must be positive and finite)",
+    ),
     ("missing field", _drop("attention_mode"), "decision_config.json is missing 'attention_mode'"),
-    ("one code", _set(codes=["A"], token_ids=[0]), "invalid decision_config.json codes (must be a list of 2 to 255 strings)"),
-    ("duplicate codes", _set(codes=["A", "A"], token_ids=[1, 1]), "invalid decision_config.json codes: 'A' listed twice"),
-    ("ids and codes differ in length", _set(codes=["A", "B", "C"], token_ids=[1, 2]), "decision_config.json has 3 codes but 2 token_ids"),
+    (
+        "one code",
+        _set(codes=["A"], token_ids=[0]),
+        "invalid decision_config.json codes (must be a list of 2 to 255 strings)",
+    ),
+    (
+        "duplicate codes",
+        _set(codes=["A", "A"], token_ids=[1, 1]),
+        "invalid decision_config.json codes: 'A' listed twice",
+    ),
+    (
+        "ids and codes differ in length",
+        _set(codes=["A", "B", "C"], token_ids=[1, 2]),
+        "decision_config.json has 3 codes but 2 token_ids",
+    ),
     ("code ids swapped", _swap_token_ids, "decision_config.json code 'A' (index 0) is tokens ["),
     ("code of two tokens", _rename_code, "decision_config.json code 'Question' (index 3) is tokens ["),
     ("zero max_length", _set(max_length=0), "invalid decision_config.json max_length 0 (must be a positive integer)"),
-    ("bool validated_length", _set(validated_length=True), "invalid decision_config.json validated_length True (must be a positive integer)"),
-    ("validated above max", _set(validated_length=40000), "decision_config.json validated_length 40000 is above max_length 32768"),
+    (
+        "bool validated_length",
+        _set(validated_length=True),
+        "invalid decision_config.json validated_length True (must be a positive integer)",
+    ),
+    (
+        "validated above max",
+        _set(validated_length=40000),
+        "decision_config.json validated_length 40000 is above max_length 32768",
+    ),
     (
         "bucket bounds not increasing",
         _set(temperature_by_questions={"max_questions": [4, 1], "temperature": [1.0, 1.0, 1.0]}),
@@ -112,8 +156,23 @@ def test_invalid_json_names_line_and_column() -> None:
 
 def test_a_tokenizer_that_adds_special_tokens_is_refused(folder: Path) -> None:
     tokenizer = json.loads((folder / "tokenizer.json").read_text())
-    tokenizer["added_tokens"] = [{"id": 0, "content": "<s>", "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}]
-    tokenizer["post_processor"] = {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}], "pair": [{"Sequence": {"id": "A", "type_id": 0}}], "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}}}
+    tokenizer["added_tokens"] = [
+        {
+            "id": 0,
+            "content": "<s>",
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+    ]
+    tokenizer["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}},
+    }
     (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
     with pytest.raises(CheckpointError, match="tokenizer.json adds special tokens around text"):
         read_checkpoint(folder)
@@ -121,7 +180,9 @@ def test_a_tokenizer_that_adds_special_tokens_is_refused(folder: Path) -> None:
 
 def test_a_readout_of_the_wrong_shape_is_refused(folder: Path) -> None:
     save_file({"weight": torch.zeros(255, 32)}, str(folder / "readout.safetensors"))
-    with pytest.raises(CheckpointError, match=r"readout.safetensors weight has shape \(255, 32\), expected \(255, 64\)"):
+    with pytest.raises(
+        CheckpointError, match=r"readout.safetensors weight has shape \(255, 32\), expected \(255, 64\)"
+    ):
         Engine.load(folder)
 
 
@@ -135,7 +196,9 @@ def test_an_unsupported_backbone_is_refused(folder: Path) -> None:
     config = json.loads((folder / "config.json").read_text())
     config["model_type"] = "gpt2"
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match=r"unsupported backbone model_type 'gpt2' .* \(supported: llama, qwen3_5_text\)"):
+    with pytest.raises(
+        CheckpointError, match=r"unsupported backbone model_type 'gpt2' .* \(supported: llama, qwen3_5_text\)"
+    ):
         Engine.load(folder)
 
 

@@ -54,7 +54,9 @@ def test_answer_prints_the_standard_response_and_reference_agrees(
     assert list(response["answers"]) == ["urgent", "team", "anger"]
     assert set(response["answers"]["team"]["probabilities"]) == {"billing", "engineering", "other"}
     assert response["usage"]["output_tokens"] == 0 and response["usage"]["input_tokens"] > 0
-    reference = runner.invoke(app, ["answer", str(checkpoints[preset]), str(request_file), "--reference", "--no-state-cache"])
+    reference = runner.invoke(
+        app, ["answer", str(checkpoints[preset]), str(request_file), "--reference", "--no-state-cache"]
+    )
     assert reference.exit_code == 0
     other = json.loads(reference.output)
     assert other["answers"]["urgent"]["noul"] == pytest.approx(response["answers"]["urgent"]["noul"], abs=1e-4)
@@ -62,15 +64,25 @@ def test_answer_prints_the_standard_response_and_reference_agrees(
 
 
 def test_an_unanswerable_question_exits_1_with_the_error_body(checkpoints: dict[str, Path], tmp_path: Path) -> None:
-    body = {"state": SEED_002_STATE, "questions": {"ok": REQUEST["questions"]["urgent"], "dog": {"type": "box", "instructions": "the dog"}}}
+    body = {
+        "state": SEED_002_STATE,
+        "questions": {"ok": REQUEST["questions"]["urgent"], "dog": {"type": "box", "instructions": "the dog"}},
+    }
     path = tmp_path / "r.json"
     path.write_text(json.dumps(body))
     result = runner.invoke(app, ["answer", str(checkpoints["llama-causal"]), str(path)])
     assert result.exit_code == 1
     error = json.loads(result.stdout)
-    assert (error["code"], error["question"], error["reason"]) == ("question_failed", "dog", "unsupported_question_type")
+    assert (error["code"], error["question"], error["reason"]) == (
+        "question_failed",
+        "dog",
+        "unsupported_question_type",
+    )
     assert error["detail"][0]["type"] == "invalid_question"
-    assert '422 question_failed: question "dog" cannot be answered: this model answers noul, choice, score, set questions, not box' in result.stderr
+    assert (
+        '422 question_failed: question "dog" cannot be answered: this model answers noul, choice, score, set questions, not box'
+        in result.stderr
+    )
 
 
 def test_an_invalid_request_exits_1_and_an_unreadable_one_exits_2(checkpoints: dict[str, Path], tmp_path: Path) -> None:
@@ -94,7 +106,9 @@ def test_an_unusable_checkpoint_exits_2_with_one_line_and_no_traceback(
     config = json.loads((folder / "decision_config.json").read_text())
     config["attention_mode"] = "x"
     (folder / "decision_config.json").write_text(json.dumps(config))
-    done = subprocess.run([VLLM_SRUN, "answer", str(folder), str(request_file)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [VLLM_SRUN, "answer", str(folder), str(request_file)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "unsupported decision_config.json attention_mode 'x' (supported: causal, noncausal_full_attention, prefix_bidir)"
@@ -105,7 +119,9 @@ def test_an_unusable_checkpoint_exits_2_with_one_line_and_no_traceback(
 def test_checkpoint_create_is_deterministic_under_a_seed(tmp_path: Path) -> None:
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     for folder, seed in ((a, "7"), (b, "7"), (c, "8")):
-        result = runner.invoke(app, ["checkpoint", "create", str(folder), "--preset", "llama-prefix-bidir", "--seed", seed])
+        result = runner.invoke(
+            app, ["checkpoint", "create", str(folder), "--preset", "llama-prefix-bidir", "--seed", seed]
+        )
         assert result.exit_code == 0, result.output
     names = sorted(p.name for p in a.iterdir())
     assert names == sorted(p.name for p in b.iterdir())

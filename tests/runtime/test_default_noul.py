@@ -25,7 +25,9 @@ def default() -> EmbeddingEngine:
     return engine
 
 
-def p_true(engine: EmbeddingEngine, state: object, *questions: Question, roles: dict[str, str] | None = None) -> list[float]:
+def p_true(
+    engine: EmbeddingEngine, state: object, *questions: Question, roles: dict[str, str] | None = None
+) -> list[float]:
     answers = engine.answer(DecisionRequest(state, questions, roles=roles)).answers  # type: ignore[arg-type]
     assert all(isinstance(a, NoulAnswer) for a in answers), answers
     return [a.noul for a in answers]  # type: ignore[union-attr]
@@ -38,13 +40,20 @@ def test_seed_002_urgent_is_yes_for_the_outage_and_no_for_a_wish(default: Embedd
 
 def test_a_negated_question_reads_its_negation(default: EmbeddingEngine) -> None:
     state = "I was charged twice for my order and I want my money back."
-    about, not_about = p_true(default, state, NoulQuestion("Is the message about a refund?"), NoulQuestion("Is the message not about a refund?"))
+    about, not_about = p_true(
+        default,
+        state,
+        NoulQuestion("Is the message about a refund?"),
+        NoulQuestion("Is the message not about a refund?"),
+    )
     assert about > 0.5 > not_about
 
 
 def test_the_questions_of_a_request_are_answered_as_if_asked_alone(default: EmbeddingEngine) -> None:
     together = p_true(default, SEED_002_STATE, URGENT, NoulQuestion("Is the customer asking for a refund?"))
-    alone = [p_true(default, SEED_002_STATE, q)[0] for q in (URGENT, NoulQuestion("Is the customer asking for a refund?"))]
+    alone = [
+        p_true(default, SEED_002_STATE, q)[0] for q in (URGENT, NoulQuestion("Is the customer asking for a refund?"))
+    ]
     # float32 rows share batches: what shares a batch moves an answer by rounding only
     assert together == pytest.approx(alone, abs=1e-4)
 
@@ -52,7 +61,10 @@ def test_the_questions_of_a_request_are_answered_as_if_asked_alone(default: Embe
 def test_criteria_questions_without_an_auxiliary_and_other_languages_are_answered(default: EmbeddingEngine) -> None:
     angry = NoulQuestion(true="The customer is angry or frustrated", false="The customer is calm or satisfied")
     only_true = NoulQuestion(true="The customer is angry or frustrated")
-    loud, calm = (p_true(default, s, angry, only_true) for s in ("I am furious: third time I write and nobody fixed it!", "Thank you, all good."))
+    loud, calm = (
+        p_true(default, s, angry, only_true)
+        for s in ("I am furious: third time I write and nobody fixed it!", "Thank you, all good.")
+    )
     assert loud[0] > 0.5 > calm[0] and loud[1] > calm[1]
     headline = NoulQuestion("Urgent problem reported by the user?")  # no auxiliary: "<question> Yes." against "... No."
     assert 0 < p_true(default, SEED_002_STATE, headline)[0] < 1
@@ -65,7 +77,10 @@ def test_a_question_about_a_context_part_reads_that_part(default: EmbeddingEngin
     """The embedding reader sees only the user's parts; the entailment reader sees every part, named."""
     roles = {"question": "user", "passage": "context"}
     asked = NoulQuestion("Does the passage answer the user's question?")
-    answers = {"question": "How long is the warranty on the X200 vacuum?", "passage": "The X200 comes with a two-year warranty."}
+    answers = {
+        "question": "How long is the warranty on the X200 vacuum?",
+        "passage": "The X200 comes with a two-year warranty.",
+    }
     off = {"question": "How long is the warranty on the X200 vacuum?", "passage": "Our stores open at 9 on weekdays."}
     assert p_true(default, answers, asked, roles=roles)[0] > p_true(default, off, asked, roles=roles)[0]
     assert nli.state_text(answers, roles).splitlines() == [
@@ -85,7 +100,9 @@ def test_a_state_longer_than_one_input_is_read_in_windows(default: EmbeddingEngi
     assert asks.answers[0].noul > calm  # type: ignore[union-attr]
 
 
-def test_the_relevance_switch_restores_the_embedding_reading(default: EmbeddingEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_relevance_switch_restores_the_embedding_reading(
+    default: EmbeddingEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     relevance = EmbeddingEngine(default.encoder, default.tokenizer, default.device)  # no NLI reader
     p = p_true(relevance, SEED_002_STATE, URGENT)[0]
     cosine = float(relevance.embed(render_text(URGENT.instructions))[0] @ relevance.embed(SEED_002_STATE)[0])  # type: ignore[arg-type]

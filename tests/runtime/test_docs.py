@@ -33,7 +33,9 @@ def test_the_request_example_answers_as_shown(checkpoints: dict[str, Path], tmp_
 def test_the_error_example_is_what_an_eleven_level_score_gets(checkpoints: dict[str, Path], tmp_path: Path) -> None:
     _, error = _json_blocks()
     path = tmp_path / "request.json"
-    path.write_text(json.dumps({"state": "s", "questions": {"wide": {"type": "score", "criteria": [str(i) for i in range(11)]}}}))
+    path.write_text(
+        json.dumps({"state": "s", "questions": {"wide": {"type": "score", "criteria": [str(i) for i in range(11)]}}})
+    )
     result = CliRunner().invoke(app, ["answer", str(checkpoints["llama-causal"]), str(path)])
     assert result.exit_code == 1
     assert json.loads(result.stdout) == error

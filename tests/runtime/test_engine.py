@@ -136,10 +136,21 @@ def _answers(engine: Engine, body: dict) -> dict[str, list[float]]:
 
 
 SEED_002_QUESTIONS = {
-    "team": {"type": "choice", "instructions": "Which team should handle this request?",
-             "criteria": {"billing": "Payments, invoices and refunds", "engineering": "Outages, errors and bugs", "other": "Anything else"}},
+    "team": {
+        "type": "choice",
+        "instructions": "Which team should handle this request?",
+        "criteria": {
+            "billing": "Payments, invoices and refunds",
+            "engineering": "Outages, errors and bugs",
+            "other": "Anything else",
+        },
+    },
     "urgent": {"type": "noul", "instructions": "Does the user report a problem that blocks their work?"},
-    "anger": {"type": "score", "instructions": "How angry is the customer?", "criteria": ["calm", "annoyed", "furious"]},
+    "anger": {
+        "type": "score",
+        "instructions": "How angry is the customer?",
+        "criteria": ["calm", "annoyed", "furious"],
+    },
 }
 
 
@@ -149,14 +160,26 @@ def test_renaming_reordering_or_adding_questions_leaves_each_answer_unchanged(
 ) -> None:
     engine = engines[preset]
     base = _answers(engine, {"state": SEED_002_STATE, "questions": SEED_002_QUESTIONS})
-    renamed = {"zz-renamed.1": SEED_002_QUESTIONS["team"], "Q 🙂": SEED_002_QUESTIONS["urgent"], "x_y_z": SEED_002_QUESTIONS["anger"]}
+    renamed = {
+        "zz-renamed.1": SEED_002_QUESTIONS["team"],
+        "Q 🙂": SEED_002_QUESTIONS["urgent"],
+        "x_y_z": SEED_002_QUESTIONS["anger"],
+    }
     got = _answers(engine, {"state": SEED_002_STATE, "questions": renamed})
     assert got["zz-renamed.1"] == pytest.approx(base["team"], abs=1e-6)
     assert got["Q 🙂"] == pytest.approx(base["urgent"], abs=1e-6)
     assert got["x_y_z"] == pytest.approx(base["anger"], abs=1e-6)
-    reordered = _answers(engine, {"state": SEED_002_STATE, "questions": dict(reversed(list(SEED_002_QUESTIONS.items())))})
+    reordered = _answers(
+        engine, {"state": SEED_002_STATE, "questions": dict(reversed(list(SEED_002_QUESTIONS.items())))}
+    )
     # One more question keeps this request in the same temperature bucket (2 to 4 questions).
-    added = _answers(engine, {"state": SEED_002_STATE, "questions": {**SEED_002_QUESTIONS, "spam": {"type": "noul", "instructions": "Is this spam?"}}})
+    added = _answers(
+        engine,
+        {
+            "state": SEED_002_STATE,
+            "questions": {**SEED_002_QUESTIONS, "spam": {"type": "noul", "instructions": "Is this spam?"}},
+        },
+    )
     for qid, probs in base.items():
         assert reordered[qid] == pytest.approx(probs, abs=1e-6)
         assert added[qid] == pytest.approx(probs, abs=1e-6)
@@ -198,7 +221,11 @@ def test_the_state_cache_is_bounded_in_bytes(fresh_engine: Callable[..., Engine]
 
 @pytest.mark.parametrize("preset", ["hybrid-prefix-bidir", "llama-causal", "hybrid-noncausal"])
 def test_answers_do_not_depend_on_how_rows_are_packed(fresh_engine: Callable[..., Engine], preset: str) -> None:
-    requests = [DecisionRequest(SEED_002_STATE, QUESTIONS), DecisionRequest(LONG_STATE, QUESTIONS[:3]), DecisionRequest("x", QUESTIONS[2:4])]
+    requests = [
+        DecisionRequest(SEED_002_STATE, QUESTIONS),
+        DecisionRequest(LONG_STATE, QUESTIONS[:3]),
+        DecisionRequest("x", QUESTIONS[2:4]),
+    ]
     together = fresh_engine(preset).answer_batch(requests)
     one_row_per_pass = fresh_engine(preset, token_budget=1)
     for request, packed in zip(requests, together):
@@ -210,12 +237,16 @@ def test_usage_counts_the_state_block_once(engines: dict[str, Engine]) -> None:
     one = engine.answer(DecisionRequest(SEED_002_STATE, QUESTIONS[:1])).usage.input_tokens
     three = engine.answer(DecisionRequest(SEED_002_STATE, QUESTIONS[:1] * 3)).usage.input_tokens
     block = engine.layout.state_block(SEED_002_STATE)
-    prompt = encode_prompts(engine.checkpoint.tokenizer, block, [engine.layout.question_block(QUESTIONS[0], engine.config.codes)])[0]
+    prompt = encode_prompts(
+        engine.checkpoint.tokenizer, block, [engine.layout.question_block(QUESTIONS[0], engine.config.codes)]
+    )[0]
     assert one == len(prompt.state) + len(prompt.question)
     assert three == len(prompt.state) + 3 * len(prompt.question)
 
 
-def test_validated_length_is_the_default_and_the_operator_wins(checkpoints: dict, fresh_engine: Callable[..., Engine]) -> None:
+def test_validated_length_is_the_default_and_the_operator_wins(
+    checkpoints: dict, fresh_engine: Callable[..., Engine]
+) -> None:
     assert fresh_engine("hybrid-prefix-bidir").max_length == 16384  # validated_length
     assert fresh_engine("llama-causal").max_length == 32768  # no validated_length: max_length
     assert fresh_engine("hybrid-prefix-bidir", max_model_len=8192).max_length == 8192

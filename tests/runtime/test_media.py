@@ -23,7 +23,11 @@ TOLERANCE = 1e-4
 PRESET = "hybrid-vision"
 QUESTIONS = {
     "dog": {"type": "noul", "instructions": "Is there a dog?"},
-    "scene": {"type": "choice", "instructions": "Where is this?", "criteria": {"indoors": None, "outdoors": "Streets, parks, fields", "unclear": None}},
+    "scene": {
+        "type": "choice",
+        "instructions": "Where is this?",
+        "criteria": {"indoors": None, "outdoors": "Streets, parks, fields", "unclear": None},
+    },
     "motion": {"type": "score", "instructions": "How much moves?", "criteria": ["nothing", "a little", "a lot"]},
     "bright": {"type": "noul", "criteria": {"true": "The picture is bright", "false": "The picture is dark"}},
 }
@@ -43,10 +47,6 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
-
-
-
-
 def probabilities(response: dict[str, Any]) -> list[float]:
     out = []
     for a in response["answers"].values():
@@ -56,7 +56,9 @@ def probabilities(response: dict[str, Any]) -> list[float]:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_state_once_equals_the_reference_path_with_media(engines: dict[str, Engine], references: dict[str, Engine], case: str) -> None:
+def test_state_once_equals_the_reference_path_with_media(
+    engines: dict[str, Engine], references: dict[str, Engine], case: str
+) -> None:
     doc = {**CASES[case], "questions": QUESTIONS}
     once, dense = respond(engines[PRESET], doc), respond(references[PRESET], doc)
     assert list(once["answers"]) == list(QUESTIONS)
@@ -81,7 +83,9 @@ def test_the_media_are_read_where_their_placeholders_stand(engines: dict[str, En
     engine = engines[PRESET]
     base = {"questions": QUESTIONS, "assets": {"⟦img-1⟧": asset(IMG)}}
     one = respond(engine, {**base, "state": "⟦img-1⟧ A photo from my trip."})
-    other_image = respond(engine, {**base, "assets": {"⟦img-1⟧": asset(image(5))}, "state": "⟦img-1⟧ A photo from my trip."})
+    other_image = respond(
+        engine, {**base, "assets": {"⟦img-1⟧": asset(image(5))}, "state": "⟦img-1⟧ A photo from my trip."}
+    )
     moved = respond(engine, {**base, "state": "A photo from my trip. ⟦img-1⟧"})
     for changed in (other_image, moved):
         assert max(abs(a - b) for a, b in zip(probabilities(one), probabilities(changed))) > 100 * TOLERANCE
@@ -94,7 +98,11 @@ def test_the_media_are_read_where_their_placeholders_stand(engines: dict[str, En
 
 def test_a_4_0_runtime_reads_inline_images_before_the_state(engines: dict[str, Engine]) -> None:
     engine = engines[PRESET]
-    legacy = {"state": "What is shown?", "images": [{"format": "png", "data_base64": asset(IMG)["data_base64"]}], "questions": QUESTIONS}
+    legacy = {
+        "state": "What is shown?",
+        "images": [{"format": "png", "data_base64": asset(IMG)["data_base64"]}],
+        "questions": QUESTIONS,
+    }
     new = {"state": ["⟦img-1⟧", "What is shown?"], "assets": {"⟦img-1⟧": asset(IMG)}, "questions": QUESTIONS}
     assert respond(engine, legacy, "vllm-sr/4.0")["answers"] == respond(engine, new)["answers"]
 
@@ -111,11 +119,26 @@ def _limited(engine: Engine, **limits: int) -> Engine:
     ("limits", "assets", "reason", "says"),
     [
         ({"max_asset_bytes": 1000}, {"⟦img-1⟧": asset(IMG)}, "asset_too_large", "over the model's 1000"),
-        ({}, {"⟦img-1⟧": asset(image(4, width=1100, height=20))}, "resolution_too_large", "1100x20 pixels, over the model's 1024"),
-        ({"max_video_frames": 10}, {"⟦img-1⟧": asset(VID, "video", "mp4")}, "too_many_frames", "more than the model's 10 frames"),
+        (
+            {},
+            {"⟦img-1⟧": asset(image(4, width=1100, height=20))},
+            "resolution_too_large",
+            "1100x20 pixels, over the model's 1024",
+        ),
+        (
+            {"max_video_frames": 10},
+            {"⟦img-1⟧": asset(VID, "video", "mp4")},
+            "too_many_frames",
+            "more than the model's 10 frames",
+        ),
         ({}, {"⟦img-1⟧": asset(b"GIF89a not really")}, "invalid_asset", "not a readable image"),
         ({}, {"⟦img-1⟧": asset(b"\0" * 64, "video", "mp4")}, "invalid_asset", "not a readable video"),
-        ({}, {"⟦img-1⟧": {"type": "image", "format": "png", "data_base64": "@@ not base64"}}, "invalid_asset", "not base64"),
+        (
+            {},
+            {"⟦img-1⟧": {"type": "image", "format": "png", "data_base64": "@@ not base64"}},
+            "invalid_asset",
+            "not base64",
+        ),
     ],
 )
 def test_an_asset_over_a_card_limit_or_unreadable_is_400_invalid_input(
@@ -132,7 +155,11 @@ def test_a_text_model_refuses_media_and_no_model_reads_media_inside_a_question(e
     doc = {"state": ["⟦img-1⟧", "What is shown?"], "assets": {"⟦img-1⟧": asset(IMG)}, "questions": QUESTIONS}
     status, body = refusal(engines["llama-causal"], doc)
     assert (status, body["reason"]) == (400, "unsupported_media")
-    inside = {**doc, "state": "What is shown?", "questions": {"q": {"type": "noul", "instructions": "Is ⟦img-1⟧ a dog?"}}}
+    inside = {
+        **doc,
+        "state": "What is shown?",
+        "questions": {"q": {"type": "noul", "instructions": "Is ⟦img-1⟧ a dog?"}},
+    }
     status, body = refusal(engines[PRESET], inside)
     assert (status, body["code"], body["reason"]) == (422, "question_failed", "media_in_question")
     assert body["detail"][0]["loc"] == ["body", "questions", "q"] and body["detail"][0]["type"] == "invalid_question"
@@ -142,7 +169,9 @@ def test_the_card_says_what_the_tower_reads(engines: dict[str, Engine]) -> None:
     card = engines[PRESET].card()
     assert card.modalities == ("text", "image", "video")
     assert card.limits.media is not None and card.limits.media.max_video_frames == 300
-    assert engines["llama-causal"].card().modalities == ("text",) and engines["llama-causal"].card().limits.media is None
+    assert (
+        engines["llama-causal"].card().modalities == ("text",) and engines["llama-causal"].card().limits.media is None
+    )
 
 
 def test_vllm_srun_answer_reads_a_request_with_an_image_and_a_video(checkpoints: dict[str, Any], tmp_path: Any) -> None:
@@ -155,8 +184,13 @@ def test_vllm_srun_answer_reads_a_request_with_an_image_and_a_video(checkpoints:
     result = CliRunner().invoke(app, ["answer", str(checkpoints[PRESET]), str(path)])
     assert result.exit_code == 0, result.output
     shown = json.loads(result.output)
-    assert list(shown["answers"]) == list(QUESTIONS) and shown["answers"]["scene"]["choice"] in QUESTIONS["scene"]["criteria"]
-    path.write_text(json.dumps({"state": ["⟦img-1⟧", "x"], "assets": {"⟦img-1⟧": asset(b"nope")}, "questions": QUESTIONS}))
+    assert (
+        list(shown["answers"]) == list(QUESTIONS)
+        and shown["answers"]["scene"]["choice"] in QUESTIONS["scene"]["criteria"]
+    )
+    path.write_text(
+        json.dumps({"state": ["⟦img-1⟧", "x"], "assets": {"⟦img-1⟧": asset(b"nope")}, "questions": QUESTIONS})
+    )
     refused = CliRunner().invoke(app, ["answer", str(checkpoints[PRESET]), str(path)])
     assert refused.exit_code == 1 and '"reason": "invalid_asset"' in refused.output
 
@@ -171,14 +205,20 @@ def test_a_4_0_runtime_keeps_the_array_reading_of_media_before_an_element(engine
     assert max(abs(a - b) for a, b in zip(probabilities(legacy), probabilities(current))) > 100 * TOLERANCE
 
 
-def test_a_card_that_allows_it_reads_media_in_instructions_and_criteria(engines: dict[str, Engine], references: dict[str, Engine]) -> None:
+def test_a_card_that_allows_it_reads_media_in_instructions_and_criteria(
+    engines: dict[str, Engine], references: dict[str, Engine]
+) -> None:
     engine, reference = engines["hybrid-vision-heads"], references["hybrid-vision-heads"]
     assert engine.card().media_in_questions and not engines[PRESET].card().media_in_questions
     doc = {
         "state": ["⟦vid-1⟧", "The clip from the garden."],
         "assets": {"⟦img-1⟧": asset(IMG), "⟦img-2⟧": asset(IMG_2, fmt="jpeg"), "⟦vid-1⟧": asset(VID, "video", "mp4")},
         "questions": {
-            "which": {"type": "choice", "instructions": "Which photo was taken from the video?", "criteria": {"first": "⟦img-1⟧", "second": "⟦img-2⟧"}},
+            "which": {
+                "type": "choice",
+                "instructions": "Which photo was taken from the video?",
+                "criteria": {"first": "⟦img-1⟧", "second": "⟦img-2⟧"},
+            },
             "same": {"type": "noul", "instructions": "Does ⟦img-1⟧ show the same garden?"},
             "tags": {"type": "set", "criteria": {"pets": None, "garden": "like ⟦img-2⟧"}},
         },
@@ -187,5 +227,10 @@ def test_a_card_that_allows_it_reads_media_in_instructions_and_criteria(engines:
     assert max(abs(a - b) for a, b in zip(probabilities(once), probabilities(dense))) <= TOLERANCE
     for a, b in zip(once["sets"]["tags"]["probabilities"].values(), dense["sets"]["tags"]["probabilities"].values()):
         assert a == pytest.approx(b, abs=TOLERANCE)
-    swapped = respond(engine, {**doc, "assets": {**doc["assets"], "⟦img-1⟧": asset(IMG_2, fmt="jpeg"), "⟦img-2⟧": asset(IMG)}})
-    assert abs(swapped["answers"]["which"]["probabilities"]["first"] - once["answers"]["which"]["probabilities"]["first"]) > 100 * TOLERANCE
+    swapped = respond(
+        engine, {**doc, "assets": {**doc["assets"], "⟦img-1⟧": asset(IMG_2, fmt="jpeg"), "⟦img-2⟧": asset(IMG)}}
+    )
+    assert (
+        abs(swapped["answers"]["which"]["probabilities"]["first"] - once["answers"]["which"]["probabilities"]["first"])
+        > 100 * TOLERANCE
+    )

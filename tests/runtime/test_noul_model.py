@@ -62,7 +62,10 @@ def test_the_served_noul_model_is_the_float32_graph_not_the_int8_one(default: Em
     float32 = float_graph.dequantized(int8)
     assert float_graph.quantized_matmuls(int8) > 0 and float_graph.quantized_matmuls(float32) == 0
     reader = default.noul
-    statement, negation = "The user does report a problem that blocks their work.", "The user does not report a problem that blocks their work."
+    statement, negation = (
+        "The user does report a problem that blocks their work.",
+        "The user does not report a problem that blocks their work.",
+    )
     state = reader.pieces(SEED_002_STATE)
     pairs = [(reader.pieces(statement), state), (reader.pieces(negation), state)]
     rows = [reader.model.layout.row(a, b)[0] for a, b in pairs]
@@ -105,8 +108,11 @@ def _quantizable(weights: list[np.ndarray]) -> onnx.ModelProto:
         nodes.append(helper.make_node("Relu", [f"m{i}"], [f"h{i}"]))
         name = f"h{i}"
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", weights[0].shape[0]])],
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", weights[-1].shape[1]])], inits,
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", weights[0].shape[0]])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", weights[-1].shape[1]])],
+        inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
 
@@ -137,7 +143,9 @@ def test_dequantized_graphs_compute_the_exact_float_arithmetic_of_their_int8_wei
     x = rng.normal(size=(rows, dims[0])).astype(np.float32)
     expected = x
     for i in range(len(weights)):
-        w = (constants[f"w{i}_quantized"].astype(np.float32) - constants[f"w{i}_zero_point"].astype(np.float32)) * constants[f"w{i}_scale"]
+        w = (
+            constants[f"w{i}_quantized"].astype(np.float32) - constants[f"w{i}_zero_point"].astype(np.float32)
+        ) * constants[f"w{i}_scale"]
         expected = np.maximum(expected @ w, 0)
     (got,) = _session(rewritten).run(None, {"x": x})
     assert got == pytest.approx(expected, abs=1e-4, rel=1e-4)
@@ -148,7 +156,9 @@ def test_a_matmul_integer_it_cannot_read_is_refused_by_name() -> None:
     that answers by CPU."""
     node = helper.make_node("MatMulInteger", ["a", "b"], ["y"], name="odd")
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info(n, TensorProto.UINT8, [2, 2]) for n in ("a", "b")],
+        [node],
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.UINT8, [2, 2]) for n in ("a", "b")],
         [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 2])],
     )
     with pytest.raises(ValueError, match="'odd'"):
@@ -176,10 +186,20 @@ def hf_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     torch.manual_seed(0)
     config = DebertaV2Config(
-        vocab_size=128100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=512, relative_attention=True, position_buckets=256, pos_att_type=["p2c", "c2p"],
-        type_vocab_size=0, num_labels=3, id2label={0: "neutral", 1: "entailment", 2: "contradiction"},
-        label2id={"neutral": 0, "entailment": 1, "contradiction": 2}, pad_token_id=0,
+        vocab_size=128100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        relative_attention=True,
+        position_buckets=256,
+        pos_att_type=["p2c", "c2p"],
+        type_vocab_size=0,
+        num_labels=3,
+        id2label={0: "neutral", 1: "entailment", 2: "contradiction"},
+        label2id={"neutral": 0, "entailment": 1, "contradiction": 2},
+        pad_token_id=0,
     )
     folder = tmp_path_factory.mktemp("hf-nli")
     DebertaV2ForSequenceClassification(config).eval().save_pretrained(folder)
@@ -194,7 +214,10 @@ def test_a_hugging_face_folder_reads_margins_of_its_entailment_label(hf_folder: 
 
     reader = nli.NliReader.load(hf_folder)
     assert isinstance(reader.model, pair_model.TorchPairModel) and reader.model.entailment == 1
-    pairs = [(reader.pieces("It rains."), reader.pieces("The street is wet.")), (reader.pieces("A cat sleeps on the mat."), reader.pieces("Dogs bark."))]
+    pairs = [
+        (reader.pieces("It rains."), reader.pieces("The street is wet.")),
+        (reader.pieces("A cat sleeps on the mat."), reader.pieces("Dogs bark.")),
+    ]
     served = reader.model.margins(pairs)
     model = AutoModelForSequenceClassification.from_pretrained(hf_folder).eval()
     for (a, b), margin in zip(pairs, served):
@@ -207,7 +230,9 @@ def test_a_hugging_face_folder_reads_margins_of_its_entailment_label(hf_folder: 
 @JIT_DEPRECATED
 def test_vllm_srun_answer_takes_noul_model_and_names_it_on_errors(hf_folder: Path, tmp_path: Path) -> None:
     request = tmp_path / "request.json"
-    request.write_text(json.dumps({"state": SEED_002_STATE, "questions": {"urgent": {"type": "noul", "instructions": URGENT}}}))
+    request.write_text(
+        json.dumps({"state": SEED_002_STATE, "questions": {"urgent": {"type": "noul", "instructions": URGENT}}})
+    )
     runner = CliRunner()
     answered = runner.invoke(app, ["answer", "default", str(request), "--noul-model", str(hf_folder)])
     assert answered.exit_code == 0, answered.output
@@ -224,7 +249,9 @@ def test_a_calibration_beside_a_brought_model_is_used(hf_folder: Path, tmp_path:
 
     folder = tmp_path / "calibrated"
     shutil.copytree(hf_folder, folder)
-    (folder / pair_model.CALIBRATION).write_text(json.dumps({"threshold": 0.5, "temperature": 2.0, "fallback_threshold": -1, "fallback_temperature": 3}))
+    (folder / pair_model.CALIBRATION).write_text(
+        json.dumps({"threshold": 0.5, "temperature": 2.0, "fallback_threshold": -1, "fallback_temperature": 3})
+    )
     reader = nli.NliReader.load(folder)
     assert reader.fit == pair_model.Calibration(0.5, 2.0, -1.0, 3.0)
     assert [(r.threshold, r.temperature) for r in reader.readings(NoulQuestion("Urgent?"))] == [(-1.0, 3.0)]
@@ -240,7 +267,9 @@ def test_a_long_noul_request_gives_up_between_batches_once_nobody_waits(default:
     from sr_runtime.types import DecisionRequest
 
     assert default.stops_between_passes
-    request = DecisionRequest(SEED_002_STATE, tuple(NoulQuestion(f"Is the message about topic number {i}?") for i in range(64)))
+    request = DecisionRequest(
+        SEED_002_STATE, tuple(NoulQuestion(f"Is the message about topic number {i}?") for i in range(64))
+    )
     asked = []
 
     def stop() -> bool:

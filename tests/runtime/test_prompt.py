@@ -56,7 +56,10 @@ def test_every_question_block_starts_with_the_lead_and_never_holds_the_id() -> N
 
 def test_header_v1_names_the_question_type_and_option_count() -> None:
     layout = LAYOUTS["header-v1"]
-    assert layout.state_block({"a": "ü"}) == '### System\n' + layout.state_block("x").split("\n")[1] + '\n\n### State\n{"a": "ü"}'
+    assert (
+        layout.state_block({"a": "ü"})
+        == "### System\n" + layout.state_block("x").split("\n")[1] + '\n\n### State\n{"a": "ü"}'
+    )
     assert layout.question_block(QUESTIONS[2], CODES) == (
         "\n\n### Question (score, 3 options)\nWhich level fits best?\n\n"
         '### Options\nA. calm\nB. annoyed\nC. {"level": "furious"}\n\n### Answer\n'

@@ -24,7 +24,9 @@ from sr_runtime.types import (
 )
 
 # Seed 002's request, as the docs show it, with the model it names.
-SEED_002 = json.loads((ROOT / "examples" / "requests" / "seed-002-request.json").read_text()) | {"model": "vllm-sr/vela3-fast"}
+SEED_002 = json.loads((ROOT / "examples" / "requests" / "seed-002-request.json").read_text()) | {
+    "model": "vllm-sr/vela3-fast"
+}
 
 
 def test_seed_002s_request_reads_in_order_with_its_roles() -> None:
@@ -32,7 +34,11 @@ def test_seed_002s_request_reads_in_order_with_its_roles() -> None:
     assert parsed.model == "vllm-sr/vela3-fast"
     assert parsed.ids == ("team", "urgent")
     team, urgent = parsed.request.questions
-    assert isinstance(team, ChoiceQuestion) and [name for name, _ in team.options] == ["billing", "engineering", "other"]
+    assert isinstance(team, ChoiceQuestion) and [name for name, _ in team.options] == [
+        "billing",
+        "engineering",
+        "other",
+    ]
     assert urgent == NoulQuestion("Does the user report a problem that blocks their work?")
     assert parsed.request.state == SEED_002["state"]
     assert parsed.request.roles == {"request": "user", "history": "context"}
@@ -45,12 +51,17 @@ def test_without_roles_the_whole_state_is_the_users() -> None:
 
 
 def test_criteria_forms_the_standard_allows() -> None:
-    parsed = read_request({"state": ["a", {"b": 1}], "questions": {
-        "one-sided": {"type": "noul", "criteria": {"true": "The user is angry"}},
-        "null": {"type": "noul", "instructions": {"ask": "structured"}, "criteria": None},
-        "named": {"type": "choice", "criteria": {"x": None, "y": ["structured"]}},
-        "levels": {"type": "score", "criteria": ["low", {"level": "high"}]},
-    }})
+    parsed = read_request(
+        {
+            "state": ["a", {"b": 1}],
+            "questions": {
+                "one-sided": {"type": "noul", "criteria": {"true": "The user is angry"}},
+                "null": {"type": "noul", "instructions": {"ask": "structured"}, "criteria": None},
+                "named": {"type": "choice", "criteria": {"x": None, "y": ["structured"]}},
+                "levels": {"type": "score", "criteria": ["low", {"level": "high"}]},
+            },
+        }
+    )
     one_sided, null, named, levels = parsed.request.questions
     assert one_sided == NoulQuestion(None, true="The user is angry")
     assert null == NoulQuestion({"ask": "structured"})
@@ -70,9 +81,24 @@ def _question(**fields: Any) -> dict[str, Any]:
         ({"state": "s", "questions": {}}, 422, "invalid_request", "questions"),
         (_question(type="boolean"), 422, "invalid_request", "does not match any of the expected tags"),
         (_question(type="choice", criteria={}), 422, "invalid_request", "criteria"),
-        (_question(type="score", criteria={"0": "low", "1": "high"}), 422, "invalid_request", "the map form is not accepted"),
-        ({"state": "s", "questions": {"q": {"type": "noul"}}, "x_trace": 1}, 400, "invalid_request", "does not define this member: x_trace"),
-        (_question(type="box", instructions="dog"), 422, "question_failed", "this model answers noul, choice, score questions, not box"),
+        (
+            _question(type="score", criteria={"0": "low", "1": "high"}),
+            422,
+            "invalid_request",
+            "the map form is not accepted",
+        ),
+        (
+            {"state": "s", "questions": {"q": {"type": "noul"}}, "x_trace": 1},
+            400,
+            "invalid_request",
+            "does not define this member: x_trace",
+        ),
+        (
+            _question(type="box", instructions="dog"),
+            422,
+            "question_failed",
+            "this model answers noul, choice, score questions, not box",
+        ),
     ],
 )
 def test_malformed_requests_get_the_error_a_client_would(body: Any, status: int, code: str, message: str) -> None:
@@ -83,11 +109,16 @@ def test_malformed_requests_get_the_error_a_client_would(body: Any, status: int,
 
 
 def test_the_response_is_the_standard_envelope() -> None:
-    parsed = read_request({"state": "s", "questions": {
-        "team": {"type": "choice", "criteria": {"a": None, "b": None}},
-        "urgent": {"type": "noul"},
-        "anger": {"type": "score", "criteria": ["low", "mid", "high"]},
-    }})
+    parsed = read_request(
+        {
+            "state": "s",
+            "questions": {
+                "team": {"type": "choice", "criteria": {"a": None, "b": None}},
+                "urgent": {"type": "noul"},
+                "anger": {"type": "score", "criteria": ["low", "mid", "high"]},
+            },
+        }
+    )
     result = Result(
         (
             ChoiceAnswer("b", (("a", 0.25), ("b", 0.75)), 0.5),
@@ -102,8 +133,11 @@ def test_the_response_is_the_standard_envelope() -> None:
             "team": {"type": "choice", "choice": "b", "probabilities": {"a": 0.25, "b": 0.75}, "confidence": 0.5},
             "urgent": {"type": "noul", "noul": 0.88},
             "anger": {
-                "type": "score", "score": 1.5, "legend": {"0": "low", "1": "mid", "2": "high"},
-                "probabilities": {"0": 0.1, "1": 0.3, "2": 0.6}, "confidence": 0.4,
+                "type": "score",
+                "score": 1.5,
+                "legend": {"0": "low", "1": "mid", "2": "high"},
+                "probabilities": {"0": 0.1, "1": 0.3, "2": 0.6},
+                "confidence": 0.4,
             },
         },
         "usage": {"input_tokens": 212, "output_tokens": 0},
@@ -116,5 +150,10 @@ def test_a_question_error_names_the_question() -> None:
     with pytest.raises(ProtocolError) as caught:
         parsed.response("m", result)
     info = caught.value.info
-    assert (info.status, info.code, info.question, info.reason) == (400, "question_failed", "team", "max_length_exceeded")
+    assert (info.status, info.code, info.question, info.reason) == (
+        400,
+        "question_failed",
+        "team",
+        "max_length_exceeded",
+    )
     assert info.message == 'question "team" cannot be answered: too long'

@@ -65,9 +65,13 @@ def test_the_last_layer_attends_for_each_rows_last_token_alone_and_gets_it_right
     query, key, value = torch.randn(3, 4, width, 8), torch.randn(3, 2, width, 8), torch.randn(3, 2, width, 8)
     mask = question_mask(mode, question_lens, width)  # type: ignore[arg-type]
     runs = blocks(groups, state_lens, width, budget=100)
-    every, _ = shared_prefix_attention(Layer(), query, key, value, None, shared_prefix=SharedPrefix({0: states}, runs, mask))
+    every, _ = shared_prefix_attention(
+        Layer(), query, key, value, None, shared_prefix=SharedPrefix({0: states}, runs, mask)
+    )
     last = torch.tensor(question_lens) - 1
-    only, _ = shared_prefix_attention(Layer(), query, key, value, None, shared_prefix=SharedPrefix({0: states}, runs, mask, read_layer=0, last=last))
+    only, _ = shared_prefix_attention(
+        Layer(), query, key, value, None, shared_prefix=SharedPrefix({0: states}, runs, mask, read_layer=0, last=last)
+    )
     rows = torch.arange(3)
     assert torch.allclose(only[rows, last], every[rows, last], atol=1e-6)
     assert not only.isnan().any()

@@ -50,7 +50,9 @@ def test_the_cache_is_bounded_and_keeps_what_was_used_last(checkpoints: dict[str
 
 def test_answers_are_the_same_from_a_cold_and_a_warm_cache(checkpoints: dict[str, Path]) -> None:
     engine = Engine.load(checkpoints["hybrid-prefix-bidir"], state_cache_bytes=0)
-    request = DecisionRequest(TEXTS[2], (NoulQuestion("Is this spam?"), ChoiceQuestion((("yes", None), ("no", None)), "Refund?")))
+    request = DecisionRequest(
+        TEXTS[2], (NoulQuestion("Is this spam?"), ChoiceQuestion((("yes", None), ("no", None)), "Refund?"))
+    )
     cold = engine.answer(request)
     assert len(engine.tokens) > 0
     assert engine.answer(request) == cold

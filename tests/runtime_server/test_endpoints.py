@@ -52,12 +52,16 @@ def test_the_runtime_answers_the_bytes_its_listener_codec_writes(client: TestCli
 def test_a_batch_answers_each_request_as_if_sent_alone_and_sums_usage(client: TestClient) -> None:
     doc_1 = body({"relevance": NOUL}, state="How long is the refund window?")
     doc_2 = body({"team": CHOICE, "anger": SCORE}, state="The export crashes with a 500 error.")
-    response = client.post("/v1/systemone/batch", json={"model": "jev-latest", "requests": {"doc_1": doc_1, "doc_2": doc_2}})
+    response = client.post(
+        "/v1/systemone/batch", json={"model": "jev-latest", "requests": {"doc_1": doc_1, "doc_2": doc_2}}
+    )
     assert response.status_code == 200
     doc = response.json()
     assert list(doc) == ["model", "responses", "usage"]
     assert list(doc["responses"]) == ["doc_1", "doc_2"]
-    alone = {name: client.post("/v1/systemone", json=item).json() for name, item in (("doc_1", doc_1), ("doc_2", doc_2))}
+    alone = {
+        name: client.post("/v1/systemone", json=item).json() for name, item in (("doc_1", doc_1), ("doc_2", doc_2))
+    }
     for name, single in alone.items():
         assert doc["responses"][name]["answers"].keys() == single["answers"].keys()
         for q_id, answer in single["answers"].items():
@@ -79,17 +83,32 @@ def test_a_failed_question_fails_the_batch_and_state_names_its_request(client: T
 
 
 def test_decisions_answers_failed_questions_in_a_200(client: TestClient) -> None:
-    request = body({"urgent": NOUL, "dog": {"type": "box", "instructions": "Where is the dog?"}, "few": {"type": "choice", "criteria": {"a": None}}})
+    request = body(
+        {
+            "urgent": NOUL,
+            "dog": {"type": "box", "instructions": "Where is the dog?"},
+            "few": {"type": "choice", "criteria": {"a": None}},
+        }
+    )
     response = client.post("/v1/decisions", json=request)
     assert response.status_code == 200
     answers = response.json()["answers"]
     assert 0 <= answers["urgent"]["noul"] <= 1
-    assert (answers["dog"]["type"], answers["dog"]["error"], answers["dog"]["reason"]) == ("box", "invalid_question", "unsupported_question_type")
+    assert (answers["dog"]["type"], answers["dog"]["error"], answers["dog"]["reason"]) == (
+        "box",
+        "invalid_question",
+        "unsupported_question_type",
+    )
     assert answers["few"]["error"] == "invalid_question"  # failed reading (1 option): kept, not raised
 
 
 def test_decisions_with_no_valid_question_is_400_listing_each(client: TestClient) -> None:
-    request = body({"few": {"type": "choice", "criteria": {"a": None}}, "wide": {"type": "score", "criteria": [str(i) for i in range(11)]}})
+    request = body(
+        {
+            "few": {"type": "choice", "criteria": {"a": None}},
+            "wide": {"type": "score", "criteria": [str(i) for i in range(11)]},
+        }
+    )
     response = client.post("/v1/decisions", json=request)
     assert response.status_code == 400
     doc = response.json()
@@ -109,7 +128,13 @@ def test_models_lists_the_served_model_with_its_card(client: TestClient) -> None
     card = entry["card"]
     assert card["question_types"] == ["noul", "choice", "score", "set"]
     assert card["presets"] == [] and card["modalities"] == ["text"]
-    assert card["limits"] == {"max_options": 255, "max_labels": 255, "min_levels": 2, "max_levels": 10, "max_input_tokens": 16384}
+    assert card["limits"] == {
+        "max_options": 255,
+        "max_labels": 255,
+        "min_levels": 2,
+        "max_levels": 10,
+        "max_input_tokens": 16384,
+    }
     if schema(client) == "vllm-sr/4.0":  # 4.0 clients read `data`
         assert response.json()["data"][0]["id"] == "tiny-prefix-bidir"
 
@@ -117,7 +142,13 @@ def test_models_lists_the_served_model_with_its_card(client: TestClient) -> None
 def test_health_reports_the_contract_and_readiness(client: TestClient) -> None:
     response = client.get("/health")
     assert response.status_code == 200
-    assert response.json() == {"status": "ready", "ready": True, "api_version": "5.0.0", "model": "tiny-prefix-bidir", "schema": schema(client)}
+    assert response.json() == {
+        "status": "ready",
+        "ready": True,
+        "api_version": "5.0.0",
+        "model": "tiny-prefix-bidir",
+        "schema": schema(client),
+    }
 
 
 def test_metrics_count_requests_queue_passes_and_the_state_cache(client: TestClient) -> None:
@@ -145,8 +176,12 @@ def test_every_response_carries_a_request_id(client: TestClient) -> None:
     assert len(ids) == 4 and all(i.startswith("req_") for i in ids)
 
 
-@pytest.mark.parametrize(("method", "path", "status"), [("GET", "/v1/nowhere", 404), ("POST", "/", 404), ("GET", "/v1/systemone", 405)])
-def test_other_routes_are_json_errors_naming_what_is_served(client: TestClient, method: str, path: str, status: int) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "status"), [("GET", "/v1/nowhere", 404), ("POST", "/", 404), ("GET", "/v1/systemone", 405)]
+)
+def test_other_routes_are_json_errors_naming_what_is_served(
+    client: TestClient, method: str, path: str, status: int
+) -> None:
     response = client.request(method, path)
     assert response.status_code == status
     assert response.headers["content-type"] == "application/json"
@@ -156,5 +191,7 @@ def test_other_routes_are_json_errors_naming_what_is_served(client: TestClient, 
 def test_return_meta_adds_timings_beside_the_answers(client: TestClient) -> None:
     response = client.post("/v1/systemone", json=body(options={"return_meta": True}))
     meta = response.json()["meta"]
-    assert set(meta) == {"tokens_read", "state_cache_hit", "queue_ms", "inference_ms", "batched_requests"} and meta["batched_requests"] >= 1
-
+    assert (
+        set(meta) == {"tokens_read", "state_cache_hit", "queue_ms", "inference_ms", "batched_requests"}
+        and meta["batched_requests"] >= 1
+    )

@@ -57,10 +57,18 @@ def held(checkpoint: Path) -> Iterator[HeldEngine]:
 
 
 def test_422_invalid_question_for_a_type_or_field_the_model_does_not_answer(client: TestClient) -> None:
-    response = client.post("/v1/systemone", json=body({"urgent": NOUL, "dog": {"type": "box", "instructions": "Where is the dog?"}}))
+    response = client.post(
+        "/v1/systemone", json=body({"urgent": NOUL, "dog": {"type": "box", "instructions": "Where is the dog?"}})
+    )
     doc = error(response, 422, "question_failed", "unsupported_question_type")
     assert doc["question"] == "dog"
-    assert doc["detail"] == [{"loc": ["body", "questions", "dog"], "msg": 'question "dog" cannot be answered: this model answers noul, choice, score, set questions, not box', "type": "invalid_question"}]
+    assert doc["detail"] == [
+        {
+            "loc": ["body", "questions", "dog"],
+            "msg": 'question "dog" cannot be answered: this model answers noul, choice, score, set questions, not box',
+            "type": "invalid_question",
+        }
+    ]
     over = client.post("/v1/systemone", json=body({"urgent": {**NOUL, "over": ["request"]}}, state={"request": "x"}))
     assert "does not take over" in error(over, 422, "question_failed", "unsupported_field")["detail"][0]["msg"]
 
@@ -70,7 +78,9 @@ def test_the_first_unanswerable_question_in_request_order_fails_the_request(clie
     assert error(client.post("/v1/systemone", json=body(questions)), 422, "question_failed")["question"] == "first"
 
 
-def test_400_max_length_exceeded_past_the_validated_length_without_the_header(short_checkpoint: Path, schema: str) -> None:
+def test_400_max_length_exceeded_past_the_validated_length_without_the_header(
+    short_checkpoint: Path, schema: str
+) -> None:
     """As docs/runtime/server.md shows it: a checkpoint validated at 2,048 tokens."""
     long_state = "The export fails again today. " * 400
     shown = re.search(r"\*\*Validated length\.\*\*.*?```json\n(.*?)```", DOCS.read_text(), flags=re.S)
@@ -79,15 +89,25 @@ def test_400_max_length_exceeded_past_the_validated_length_without_the_header(sh
         refused = client.post("/v1/systemone", json=body(state=long_state))
         doc = error(refused, 400, "question_failed", "max_length_exceeded")
         assert {k: v for k, v in doc.items() if k != "error"} == json.loads(shown.group(1))
-        allowed = client.post("/v1/systemone", json=body(state=long_state), headers={"TypeSafe-Danger-Zone-Long-Context": "true"})
+        allowed = client.post(
+            "/v1/systemone", json=body(state=long_state), headers={"TypeSafe-Danger-Zone-Long-Context": "true"}
+        )
         assert allowed.status_code == 200
-        too_long = client.post("/v1/systemone", json=body(state=long_state * 4), headers={"TypeSafe-Danger-Zone-Long-Context": "true"})
-        assert "longer than the model's maximum length 8192" in error(too_long, 400, "question_failed")["detail"]["message"]
+        too_long = client.post(
+            "/v1/systemone", json=body(state=long_state * 4), headers={"TypeSafe-Danger-Zone-Long-Context": "true"}
+        )
+        assert (
+            "longer than the model's maximum length 8192"
+            in error(too_long, 400, "question_failed")["detail"]["message"]
+        )
 
 
 def test_400_scan_budget_exceeded_over_options_max_tokens(client: TestClient) -> None:
     response = client.post("/v1/systemone", json=body(options={"max_tokens": 5}))
-    assert "over the scan budget options.max_tokens = 5" in error(response, 400, "question_failed", "scan_budget_exceeded")["detail"]["message"]
+    assert (
+        "over the scan budget options.max_tokens = 5"
+        in error(response, 400, "question_failed", "scan_budget_exceeded")["detail"]["message"]
+    )
     assert client.post("/v1/systemone", json=body(options={"max_tokens": 100_000})).status_code == 200
 
 
@@ -104,7 +124,9 @@ def test_400_invalid_request_names_every_unknown_member(client: TestClient) -> N
 
 
 def test_400_for_a_model_this_server_does_not_serve(client: TestClient) -> None:
-    doc = error(client.post("/v1/systemone", json=body(model="vllm-sr/vela3-fast")), 400, "invalid_request", "unknown_model")
+    doc = error(
+        client.post("/v1/systemone", json=body(model="vllm-sr/vela3-fast")), 400, "invalid_request", "unknown_model"
+    )
     assert doc["detail"] == {
         "error_type": "api_usage_error",
         "message": "Unknown model: vllm-sr/vela3-fast (this server serves 'tiny-prefix-bidir'; 'jev-latest' or no model also mean it)",
@@ -112,7 +134,9 @@ def test_400_for_a_model_this_server_does_not_serve(client: TestClient) -> None:
 
 
 def test_413_request_too_large_over_32_mib(client: TestClient) -> None:
-    response = client.post("/v1/systemone", content=b" " * (MAX_BODY_BYTES + 1), headers={"content-type": "application/json"})
+    response = client.post(
+        "/v1/systemone", content=b" " * (MAX_BODY_BYTES + 1), headers={"content-type": "application/json"}
+    )
     assert error(response, 413, "request_too_large")["limit"] == MAX_BODY_BYTES
 
 
@@ -133,7 +157,9 @@ def broken_checkpoint(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
 
 def test_500_invalid_model_output_when_the_model_gives_no_distribution(broken_checkpoint: Path, schema: str) -> None:
     with serving(ServerSettings(str(broken_checkpoint), schema=schema)) as client:
-        doc = error(client.post("/v1/systemone", json=body({"team": CHOICE})), 500, "question_failed", "invalid_model_output")
+        doc = error(
+            client.post("/v1/systemone", json=body({"team": CHOICE})), 500, "question_failed", "invalid_model_output"
+        )
         assert doc["question"] == "team" and doc["detail"]["error_type"] == "unknown"
 
 
@@ -159,14 +185,27 @@ def test_503_unavailable_with_retry_after_while_the_model_loads(checkpoint: Path
 
 def test_504_deadline_exceeded_past_options_deadline_ms(checkpoint: Path, held: HeldEngine, schema: str) -> None:
     with serving(ServerSettings(str(checkpoint), schema=schema), engine_loader(held)) as client:
-        doc = error(client.post("/v1/systemone", json=body(options={"deadline_ms": 50})), 504, "question_failed", "deadline_exceeded")
-        assert "options.deadline_ms (50 ms) passed" in doc["detail"]["message"] and doc["detail"]["error_type"] == "timeout"
+        doc = error(
+            client.post("/v1/systemone", json=body(options={"deadline_ms": 50})),
+            504,
+            "question_failed",
+            "deadline_exceeded",
+        )
+        assert (
+            "options.deadline_ms (50 ms) passed" in doc["detail"]["message"]
+            and doc["detail"]["error_type"] == "timeout"
+        )
         held.release.set()
         assert client.post("/v1/systemone", json=body(options={"deadline_ms": 60_000})).status_code == 200
 
 
-def test_a_request_whose_deadline_passed_in_the_queue_never_runs(checkpoint: Path, held: HeldEngine, schema: str) -> None:
-    with serving(ServerSettings(str(checkpoint), schema=schema), engine_loader(held)) as client, ThreadPoolExecutor(2) as pool:
+def test_a_request_whose_deadline_passed_in_the_queue_never_runs(
+    checkpoint: Path, held: HeldEngine, schema: str
+) -> None:
+    with (
+        serving(ServerSettings(str(checkpoint), schema=schema), engine_loader(held)) as client,
+        ThreadPoolExecutor(2) as pool,
+    ):
         first = pool.submit(client.post, "/v1/systemone", json=body())
         assert held.entered.wait(30)
         late = client.post("/v1/systemone", json=body(state="queued behind", options={"deadline_ms": 20}))

@@ -54,7 +54,9 @@ def test_a_video_and_an_image_as_parts(vision: TestClient) -> None:
         "questions": QUESTIONS,
         "assets": {"⟦img-1⟧": {"type": "image", "part": "asset-0"}, "⟦vid-1⟧": {"type": "video", "part": "asset-1"}},
     }
-    response = vision.post("/v1/systemone", **_multipart(request, {"asset-0": (IMG, "image/png"), "asset-1": (VID, "video/mp4")}))
+    response = vision.post(
+        "/v1/systemone", **_multipart(request, {"asset-0": (IMG, "image/png"), "asset-1": (VID, "video/mp4")})
+    )
     assert response.status_code == 200, response.text
     assert list(response.json()["answers"]) == list(QUESTIONS)
 
@@ -62,12 +64,17 @@ def test_a_video_and_an_image_as_parts(vision: TestClient) -> None:
 def test_decisions_keeps_each_questions_error_for_an_unreadable_asset(vision: TestClient) -> None:
     request = {"state": ["⟦img-1⟧", "x"], "questions": QUESTIONS, "assets": {"⟦img-1⟧": asset(b"not an image")}}
     single = vision.post("/v1/systemone", json=request)
-    assert single.status_code == 400 and (single.json()["code"], single.json()["reason"]) == ("question_failed", "invalid_asset")
+    assert single.status_code == 400 and (single.json()["code"], single.json()["reason"]) == (
+        "question_failed",
+        "invalid_asset",
+    )
     decisions = vision.post("/v1/decisions", json=request)
     assert decisions.status_code == 200
     for q_id, answer in decisions.json()["answers"].items():
         assert (answer["error"], answer["reason"]) == ("invalid_input", "invalid_asset"), q_id
-    batch = vision.post("/v1/systemone/batch", json={"requests": {"ok": {**request, "assets": {"⟦img-1⟧": asset(IMG)}}, "bad": request}})
+    batch = vision.post(
+        "/v1/systemone/batch", json={"requests": {"ok": {**request, "assets": {"⟦img-1⟧": asset(IMG)}}, "bad": request}}
+    )
     assert batch.status_code == 400 and (batch.json()["state"], batch.json()["reason"]) == ("bad", "invalid_asset")
 
 
@@ -93,7 +100,12 @@ def test_every_question_type_over_http_with_a_multipart_image(heads: TestClient)
         "questions": {
             "urgent": NOUL,
             "tags": {"type": "set", "criteria": {"pets": None, "billing": None}, "threshold": 0.3},
-            "pii": {"type": "span", "preset": "pii", "instructions": "Mark every piece of personal information in the text.", "criteria": {"person": None, "email": None}},
+            "pii": {
+                "type": "span",
+                "preset": "pii",
+                "instructions": "Mark every piece of personal information in the text.",
+                "criteria": {"person": None, "email": None},
+            },
             "dog": {"type": "box", "instructions": "the dog"},
         },
         "options": {"return_meta": True},
@@ -106,5 +118,7 @@ def test_every_question_type_over_http_with_a_multipart_image(heads: TestClient)
     assert doc["thresholds"] == {"tags": 0.3, "pii": 0.5} and doc["span_heads"] == {"pii": "pii"}
     assert set(doc["answers"]["dog"]["box"]) == {"top", "bottom", "left", "right"}
     card = heads.get("/v1/models").json()["models"][0]
-    assert card["features"] == ["noul", "choice", "score", "set", "span", "box", "track"] and card["card"]["presets"] == ["pii"]
+    assert card["features"] == ["noul", "choice", "score", "set", "span", "box", "track"] and card["card"][
+        "presets"
+    ] == ["pii"]
     assert card["card"]["media_in_questions"] is True

@@ -23,13 +23,24 @@ QUESTIONS = (
     ChoiceQuestion((("billing", "Payments"), ("engineering", "Outages and bugs"), ("other", None)), "Which team?"),
     ScoreQuestion(("calm", "annoyed", "furious"), "How angry?"),
 )
-STATES = ["The export crashes with a 500.", "I was charged twice this month.", "Thanks, all good!", "Login fails since the reset."]
+STATES = [
+    "The export crashes with a 500.",
+    "I was charged twice this month.",
+    "Thanks, all good!",
+    "Login fails since the reset.",
+]
 
 
 def numbers(result) -> list[float]:  # type: ignore[no-untyped-def]
     out: list[float] = []
     for a in result.answers:
-        out += [a.noul] if a.type == "noul" else [p for _, p in a.probabilities] if a.type == "choice" else list(a.probabilities)
+        out += (
+            [a.noul]
+            if a.type == "noul"
+            else [p for _, p in a.probabilities]
+            if a.type == "choice"
+            else list(a.probabilities)
+        )
     return out
 
 
@@ -71,6 +82,7 @@ def answer_while_the_first_is_held(held: HeldEngine, requests: list[DecisionRequ
         held.release.set()
         scheduler.close()
 
+
 def test_the_token_budget_splits_what_waits_into_rounds(checkpoint: Path) -> None:
     held = HeldEngine(Engine.load(checkpoint))
     requests = [DecisionRequest(s, QUESTIONS) for s in STATES]
@@ -84,7 +96,10 @@ def test_concurrent_http_requests_are_packed_into_shared_passes(checkpoint: Path
     with serving(ServerSettings(str(checkpoint)), engine_loader(held)) as client, ThreadPoolExecutor(5) as pool:
         first = pool.submit(client.post, "/v1/systemone", json=body(state="first", options={"return_meta": True}))
         assert held.entered.wait(30)
-        rest = [pool.submit(client.post, "/v1/systemone", json=body({"q": NOUL}, state=s, options={"return_meta": True})) for s in STATES]
+        rest = [
+            pool.submit(client.post, "/v1/systemone", json=body({"q": NOUL}, state=s, options={"return_meta": True}))
+            for s in STATES
+        ]
         wait_until(lambda: runtime(client).scheduler.depth == len(STATES), "the requests to queue")  # type: ignore[union-attr]
         held.release.set()
         metas = [f.result().json()["meta"] for f in (first, *rest)]
@@ -143,13 +158,17 @@ def test_a_request_arriving_while_a_batch_runs_joins_the_next_round(checkpoint: 
     assert one in held.rounds[1]  # the next round
     assert len(held.rounds) > 2 and sum(held.calls) == 41  # the batch went on in slices after it
     assert numbers(answered.results[0]) == pytest.approx(alone, abs=1e-5)
-    assert [p for r in done.results for p in numbers(r)] == pytest.approx([p for r in batch for p in numbers(engine.answer(r))], abs=1e-5)
+    assert [p for r in done.results for p in numbers(r)] == pytest.approx(
+        [p for r in batch for p in numbers(engine.answer(r))], abs=1e-5
+    )
 
 
 def test_a_batch_whose_deadline_passes_stops_between_slices(checkpoint: Path) -> None:
     held = HeldEngine(Engine.load(checkpoint))
     dropped: list[tuple[str, int]] = []
-    scheduler = Scheduler(held, max_batch_tokens=16_384, max_queue=16, on_dropped=lambda why, n: dropped.append((why, n)))
+    scheduler = Scheduler(
+        held, max_batch_tokens=16_384, max_queue=16, on_dropped=lambda why, n: dropped.append((why, n))
+    )
     try:
         deadline = time.monotonic() + 0.2
         job = scheduler.submit(batch_of(30), deadline)
@@ -172,7 +191,9 @@ def abandoned_in_the_engine(held: HeldEngine, requests: list[DecisionRequest]) -
     """`requests` submitted; while the engine holds them their client goes away, and one more
     request comes, which is answered. The abandoned job, and what the scheduler counted dropped."""
     dropped: list[tuple[str, int]] = []
-    scheduler = Scheduler(held, max_batch_tokens=16_384, max_queue=16, on_dropped=lambda why, n: dropped.append((why, n)))
+    scheduler = Scheduler(
+        held, max_batch_tokens=16_384, max_queue=16, on_dropped=lambda why, n: dropped.append((why, n))
+    )
     try:
         job = scheduler.submit(requests)
         assert held.entered.wait(30)
@@ -231,7 +252,9 @@ def test_an_engine_call_stops_at_the_next_pass_once_nobody_waits(checkpoint: Pat
     every: list[bool] = []
     engine.answer_batch([request], stop=lambda: every.append(False) or False)
     assert len(every) > 5  # unstopped, the same call takes many passes
-    assert numbers(engine.answer(request)) == numbers(engine.answer_batch([request])[0])  # and stop=None changes nothing
+    assert numbers(engine.answer(request)) == numbers(
+        engine.answer_batch([request])[0]
+    )  # and stop=None changes nothing
 
 
 class HeldCall(HeldEngine):

@@ -34,7 +34,10 @@ def strict(checkpoint: Path) -> Iterator[TestClient]:
 def test_a_40_server_answers_the_40_forms(legacy: TestClient) -> None:
     request = {
         "states": ["The export crashes.", "Thanks, all good."],
-        "questions": {"team": {"type": "choice", "choices": ["billing", "engineering"]}, "tags": {"type": "set", "labels": ["refund", "bug"]}},
+        "questions": {
+            "team": {"type": "choice", "choices": ["billing", "engineering"]},
+            "tags": {"type": "set", "labels": ["refund", "bug"]},
+        },
     }
     response = legacy.post("/v1/systemone", json=request)
     assert response.status_code == 200
@@ -43,7 +46,9 @@ def test_a_40_server_answers_the_40_forms(legacy: TestClient) -> None:
     assert set(doc["answers"][0]["team"]["probabilities"]) == {"billing", "engineering"}
     assert [set(s["tags"]["probabilities"]) for s in doc["sets"]] == [{"refund", "bug"}] * 2  # 4.0: sets per state
     # A preset-only question needs the preset's trained head, which this model does not have.
-    refused = legacy.post("/v1/systemone", json={**request, "questions": {"jb": {"type": "noul", "preset": "jailbreak"}}})
+    refused = legacy.post(
+        "/v1/systemone", json={**request, "questions": {"jb": {"type": "noul", "preset": "jailbreak"}}}
+    )
     assert refused.status_code == 422 and refused.json()["error"]["reason"] == "unsupported_preset"
 
 
@@ -60,9 +65,13 @@ def test_a_50_server_refuses_the_40_forms_naming_them(current: TestClient) -> No
 
 def test_the_strict_standard_ignores_unknown_members_and_refuses_extensions(strict: TestClient) -> None:
     assert strict.post("/v1/systemone", json=body(model="jev-latest", x_trace="t1", seed=7)).status_code == 200
-    refused = strict.post("/v1/systemone", json=body(model="jev-latest", roles={"request": "user"}, state={"request": "x"}))
+    refused = strict.post(
+        "/v1/systemone", json=body(model="jev-latest", roles={"request": "user"}, state={"request": "x"})
+    )
     assert refused.status_code == 400
-    assert refused.json() == {"detail": {"error_type": "api_usage_error", "message": "systemone/0.2 does not define this member: roles"}}
+    assert refused.json() == {
+        "detail": {"error_type": "api_usage_error", "message": "systemone/0.2 does not define this member: roles"}
+    }
 
 
 def test_the_strict_standard_answers_with_standard_members_only(strict: TestClient) -> None:
@@ -81,5 +90,8 @@ def test_the_strict_standard_serves_one_endpoint(strict: TestClient) -> None:
 
 
 def test_an_unknown_schema_is_refused_at_start() -> None:
-    with pytest.raises(SettingsError, match=r"--systemone-schema 'vllm-sr/6.0' is not served \(supported: vllm-sr/5.0, vllm-sr/4.0, systemone/0.2\)"):
+    with pytest.raises(
+        SettingsError,
+        match=r"--systemone-schema 'vllm-sr/6.0' is not served \(supported: vllm-sr/5.0, vllm-sr/4.0, systemone/0.2\)",
+    ):
         ServerSettings("default", schema="vllm-sr/6.0")

@@ -42,7 +42,19 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 def test_help_lists_every_flag_of_the_issue() -> None:
     result = CliRunner().invoke(app, ["serve", "--help"])
     assert result.exit_code == 0
-    for flag in ("--device", "--host", "--port", "--systemone-schema", "--max-model-len", "--api-key-env", "--max-batch-tokens", "--state-cache-mb", "--max-queue", "--threads", "--workers"):
+    for flag in (
+        "--device",
+        "--host",
+        "--port",
+        "--systemone-schema",
+        "--max-model-len",
+        "--api-key-env",
+        "--max-batch-tokens",
+        "--state-cache-mb",
+        "--max-queue",
+        "--threads",
+        "--workers",
+    ):
         assert flag in result.output
     assert result.output.index("Serve MODEL over the System One API") < result.output.index("--device")
 
@@ -59,12 +71,22 @@ def test_the_seeds_model_name_fails_at_start_with_one_line() -> None:
 @pytest.mark.parametrize(
     ("args", "line"),
     [
-        (["--systemone-schema", "vllm-sr/6.0"], "--systemone-schema 'vllm-sr/6.0' is not served (supported: vllm-sr/5.0, vllm-sr/4.0, systemone/0.2)"),
-        (["--api-key-env", "VLLM_SR_TEST_NO_SUCH_VAR"], "--api-key-env VLLM_SR_TEST_NO_SUCH_VAR: the variable is not set or empty"),
+        (
+            ["--systemone-schema", "vllm-sr/6.0"],
+            "--systemone-schema 'vllm-sr/6.0' is not served (supported: vllm-sr/5.0, vllm-sr/4.0, systemone/0.2)",
+        ),
+        (
+            ["--api-key-env", "VLLM_SR_TEST_NO_SUCH_VAR"],
+            "--api-key-env VLLM_SR_TEST_NO_SUCH_VAR: the variable is not set or empty",
+        ),
         (["--device", "gpu0"], "unknown device 'gpu0' (cpu, cuda, cuda:N)"),
         (["--max-queue", "0"], "--max-queue must be at least 1, not 0"),
         (["--threads", "0"], "--threads must be at least 1, not 0"),
-        pytest.param(["--max-model-len", "99999999"], "--max-model-len 99999999 is above the checkpoint's max_length 32768", marks=pytest.mark.slow),
+        pytest.param(
+            ["--max-model-len", "99999999"],
+            "--max-model-len 99999999 is above the checkpoint's max_length 32768",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_unusable_flags_fail_at_start_with_one_line(checkpoint: Path, args: list[str], line: str) -> None:
@@ -99,8 +121,13 @@ def test_a_model_that_fails_to_load_stops_the_server_with_exit_2(checkpoint: Pat
 
 def curl_examples(page: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """Each `curl ... -d '{...}'` block of a page with the JSON answer block shown after it."""
-    pattern = r"```\ncurl -s localhost:8100(\S+) -H 'content-type: application/json' -d '(.*?)'\n```\n\n.*?```json\n(.*?)```"
-    return [(path, json.loads(request), json.loads(answer)) for path, request, answer in re.findall(pattern, page, flags=re.S)]
+    pattern = (
+        r"```\ncurl -s localhost:8100(\S+) -H 'content-type: application/json' -d '(.*?)'\n```\n\n.*?```json\n(.*?)```"
+    )
+    return [
+        (path, json.loads(request), json.loads(answer))
+        for path, request, answer in re.findall(pattern, page, flags=re.S)
+    ]
 
 
 def same_answers(got: Any, shown: Any) -> bool:
@@ -122,7 +149,10 @@ def sdk_answers(url: str, key: str) -> dict[str, Any]:
             state=SEED_002_STATE,
             questions={
                 "urgent": Noul(instructions="Does the user report a problem that blocks their work?"),
-                "team": Choice(instructions="Which team should handle this?", criteria={"billing": "Payments", "engineering": "Outages and bugs"}),
+                "team": Choice(
+                    instructions="Which team should handle this?",
+                    criteria={"billing": "Payments", "engineering": "Outages and bugs"},
+                ),
                 "anger": Score(instructions="How angry is the customer?", criteria=["calm", "annoyed", "furious"]),
             },
         )
@@ -132,8 +162,13 @@ def sdk_answers(url: str, key: str) -> dict[str, Any]:
 
 def assert_box_is_the_documented_422(url: str, key: str) -> None:
     """The SDK sends an attached image as multipart; no model here answers box: 422."""
-    with TypeSafeClient(api_key=key, base_url=url, retry=RetryPolicy(max_retries=0)) as client, pytest.raises(TypeSafeUnprocessableEntityError) as caught:
-        client.system_one(state=Image(b"\x89PNG\r\n\x1a\n" + b"\0" * 64), questions={"dog": Box(instructions="the dog")})
+    with (
+        TypeSafeClient(api_key=key, base_url=url, retry=RetryPolicy(max_retries=0)) as client,
+        pytest.raises(TypeSafeUnprocessableEntityError) as caught,
+    ):
+        client.system_one(
+            state=Image(b"\x89PNG\r\n\x1a\n" + b"\0" * 64), questions={"dog": Box(instructions="the dog")}
+        )
     assert caught.value.status == 422
     assert caught.value.body["reason"] == "unsupported_question_type"
 
@@ -168,13 +203,18 @@ def test_default_serves_the_seeds_curl_example_and_is_conformant() -> None:
 
 @pytest.mark.slow
 def test_a_tiny_prefix_bidir_checkpoint_with_auth_is_conformant(checkpoint: Path) -> None:
-    with vllm_srun_serve(str(checkpoint), "--api-key-env", "VLLM_SR_TEST_KEY", env={"VLLM_SR_TEST_KEY": "sekrit"}) as server:
+    with vllm_srun_serve(
+        str(checkpoint), "--api-key-env", "VLLM_SR_TEST_KEY", env={"VLLM_SR_TEST_KEY": "sekrit"}
+    ) as server:
         assert "auth=True" in server.lines[0]
         assert_conformant(server.url, key="sekrit")
         answers = sdk_answers(server.url, key="sekrit")
         assert answers["team"] in ("billing", "engineering")
         assert_box_is_the_documented_422(server.url, key="sekrit")
-        with TypeSafeClient(api_key="wrong", base_url=server.url) as client, pytest.raises(TypeSafeAuthenticationError) as caught:
+        with (
+            TypeSafeClient(api_key="wrong", base_url=server.url) as client,
+            pytest.raises(TypeSafeAuthenticationError) as caught,
+        ):
             client.system_one(state="x", questions={"q": Noul(instructions="?")})
         assert caught.value.status == 401
         # Two Authorization headers are refused in either order, as the sidecar refuses them.
@@ -210,7 +250,9 @@ def test_the_listening_socket_turns_nagle_off_for_every_connection() -> None:
     assert asyncio.run(accepted_nodelay()) != 0
 
 
-def test_light_rounds_leave_the_event_loop_a_core_and_heavy_rounds_take_every_core(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_light_rounds_leave_the_event_loop_a_core_and_heavy_rounds_take_every_core(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import torch
 
     from sr_runtime.server import ServerSettings

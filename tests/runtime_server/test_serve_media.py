@@ -32,7 +32,9 @@ def test_the_sdk_sends_an_image_as_a_multipart_asset_and_jevcompat_stays_conform
             assert 0 <= photo.nouls["dog"].noul <= 1 and photo.choices["scene"].choice in ("indoors", "outdoors")
             edges = photo.boxes["where"].box
             assert 0 <= edges.top <= edges.bottom <= 1 and 0 <= edges.left <= edges.right <= 1
-            other = client.system_one(state=Image(image(7)), questions={"dog": Noul(instructions="Is there a dog in the photo?")})
+            other = client.system_one(
+                state=Image(image(7)), questions={"dog": Noul(instructions="Is there a dog in the photo?")}
+            )
             assert other.nouls["dog"].noul != photo.nouls["dog"].noul  # the image is read
             # SDK 0.7.5's Asset type knows only images: a video goes inline through extra_body.
             clip = client.system_one(

@@ -53,10 +53,18 @@ def test_multipart_reads_the_request_part_and_checks_each_asset_part(client: Tes
     text_only = client.post("/v1/systemone", **_multipart(body(), {}))
     assert text_only.status_code == 200 and list(text_only.json()["answers"]) == ["urgent"]
     placeholder = "<image:" + "0" * 32 + ">"
-    request = body({"dog": {"type": "box", "instructions": "the dog"}}, state=f"look at {placeholder}", assets={placeholder: {"type": "image", "part": "asset-0"}})
+    request = body(
+        {"dog": {"type": "box", "instructions": "the dog"}},
+        state=f"look at {placeholder}",
+        assets={placeholder: {"type": "image", "part": "asset-0"}},
+    )
     box = client.post("/v1/systemone", **_multipart(request, {"asset-0": PNG}))
-    assert box.status_code == 422 and box.json()["reason"] == "unsupported_question_type"  # read whole, answered as documented
-    image_noul = client.post("/v1/systemone", **_multipart({**request, "questions": {"urgent": NOUL}}, {"asset-0": PNG}))
+    assert (
+        box.status_code == 422 and box.json()["reason"] == "unsupported_question_type"
+    )  # read whole, answered as documented
+    image_noul = client.post(
+        "/v1/systemone", **_multipart({**request, "questions": {"urgent": NOUL}}, {"asset-0": PNG})
+    )
     assert image_noul.status_code == 400 and image_noul.json()["reason"] == "unsupported_media"
 
 
@@ -80,7 +88,11 @@ def secured(request: pytest.FixtureRequest, checkpoint: Path) -> Iterator[TestCl
 
 def test_with_auth_on_the_bearer_key_is_required(secured: TestClient) -> None:
     assert secured.post("/v1/systemone", json=body(), headers={"Authorization": "Bearer sekrit"}).status_code == 200
-    for headers, reason in (({}, "missing_key"), ({"Authorization": "Bearer nope"}, "invalid_key"), ({"Authorization": "sekrit"}, "missing_key")):
+    for headers, reason in (
+        ({}, "missing_key"),
+        ({"Authorization": "Bearer nope"}, "invalid_key"),
+        ({"Authorization": "sekrit"}, "missing_key"),
+    ):
         refused = secured.post("/v1/systemone", json=body(), headers=headers)
         assert refused.status_code == 401
         doc = refused.json()

@@ -36,7 +36,11 @@ def test_two_workers_answer_as_one_server_and_their_metrics_add_up(checkpoint: P
 
         def ask(state: str) -> tuple[int, float]:
             # A connection each, so that both workers' accepts see requests.
-            r = httpx.post(served.url + "/v1/systemone", json={"state": state, "questions": {"u": {"type": "noul", "instructions": "Is it urgent?"}}}, timeout=60)
+            r = httpx.post(
+                served.url + "/v1/systemone",
+                json={"state": state, "questions": {"u": {"type": "noul", "instructions": "Is it urgent?"}}},
+                timeout=60,
+            )
             return r.status_code, r.json()["answers"]["u"]["noul"] if r.status_code == 200 else r.text
 
         with ThreadPoolExecutor(8) as pool:
@@ -50,7 +54,9 @@ def test_two_workers_answer_as_one_server_and_their_metrics_add_up(checkpoint: P
     # Any worker's /metrics is the sum of both: every request counted once.
     assert metric(scraped, 'vsr_runtime_requests_total{endpoint="/v1/systemone",status="200"}') == len(got)
     assert metric(scraped, "vsr_runtime_pass_requests_count") >= 1
-    assert 1 <= metric(scraped, "vsr_runtime_state_cache_misses_total") <= 2 * len(STATES)  # a state once per worker at most
+    assert (
+        1 <= metric(scraped, "vsr_runtime_state_cache_misses_total") <= 2 * len(STATES)
+    )  # a state once per worker at most
     assert all(not Path(f"/proc/{p}").exists() or "zombie" in Path(f"/proc/{p}/status").read_text() for p in workers)
 
 
@@ -58,7 +64,9 @@ def test_two_workers_answer_as_one_server_and_their_metrics_add_up(checkpoint: P
 def test_a_worker_whose_model_fails_to_load_stops_the_server_with_exit_2(checkpoint: Path, tmp_path: Path) -> None:
     folder = Path(shutil.copytree(checkpoint, tmp_path / "torn"))
     (folder / "model.safetensors").write_bytes(b"not safetensors")
-    done = subprocess.run([VLLM_SRUN, "serve", str(folder), "--port", "0", "--workers", "2"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [VLLM_SRUN, "serve", str(folder), "--port", "0", "--workers", "2"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith(f"cannot load {folder}: SafetensorError: ")
     assert "Traceback" not in done.stderr

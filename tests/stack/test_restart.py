@@ -113,7 +113,9 @@ def test_ctrl_c_with_a_long_request_in_flight_then_a_restart_at_once_keeps_the_e
         config.write_text(edited)
 
         # A request that takes far longer than the drain bound: a batch of 120 states.
-        batch = {"requests": {f"r{i}": {**SEED_002_CURL, "state": f"{SEED_002_CURL['state']} ({i})"} for i in range(120)}}
+        batch = {
+            "requests": {f"r{i}": {**SEED_002_CURL, "state": f"{SEED_002_CURL['state']} ({i})"} for i in range(120)}
+        }
         started = threading.Event()
 
         def long_request() -> None:
@@ -132,7 +134,11 @@ def test_ctrl_c_with_a_long_request_in_flight_then_a_restart_at_once_keeps_the_e
         code = stack.wait(timeout=60)
         took = time.monotonic() - stopping
         # The stop's contract (the drain bound plus STOP_GRACE), with 1 s for process exits on a busy machine.
-        assert code == 0 and took <= drain_s + STOP_GRACE + 1.0, (code, took, (tmp_path / "first.txt").read_text()[-2000:])
+        assert code == 0 and took <= drain_s + STOP_GRACE + 1.0, (
+            code,
+            took,
+            (tmp_path / "first.txt").read_text()[-2000:],
+        )
 
         time.sleep(1.0)
         stack = start(tmp_path / "second.txt")  # ports in TIME-WAIT do not refuse it
@@ -149,7 +155,14 @@ def test_make_serve_passes_config_and_args_to_vllm_sr_serve() -> None:
     # `make -n` prints what `make serve` would run, running nothing. Under `make test` the parent
     # make's variables would make this one a sub-make that prints "Entering directory" lines.
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
-    run = subprocess.run(["make", "-n", "serve", "CONFIG=my.yaml", "ARGS=--reset-config"], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    run = subprocess.run(
+        ["make", "-n", "serve", "CONFIG=my.yaml", "ARGS=--reset-config"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().splitlines()[-1] == ".venv/bin/vllm-sr serve --config my.yaml --reset-config"
     plain = subprocess.run(["make", "-n", "serve"], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)

@@ -56,8 +56,18 @@ def _as_nobody_connect(path: Path) -> subprocess.CompletedProcess[str]:
     nobody = pwd.getpwnam("nobody")
     script = f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({str(path)!r})"
     return subprocess.run(
-        [shutil.which("setpriv") or "setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", sys.executable, "-c", script],
-        capture_output=True, text=True, timeout=60,
+        [
+            shutil.which("setpriv") or "setpriv",
+            f"--reuid={nobody.pw_uid}",
+            f"--regid={nobody.pw_gid}",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -69,28 +79,52 @@ def test_serve_keeps_every_key_out_of_its_files_and_every_door_shut_to_others(tm
     config = tmp_path / "config.yaml"
     config.write_text(_config(ports, provider.url))
     state = tmp_path / "state"
-    env = {**os.environ, "VSR_T_PROVIDER_KEY": PROVIDER_KEY, "VSR_T_LISTENER_KEYS": f"{LISTENER_KEY}, another-listener-key-5e1"}
-    stack = start_stack(["--config", str(config), "--port-offset", str(offset), "--state-dir", str(state)], tmp_path / "out.txt", env)
+    env = {
+        **os.environ,
+        "VSR_T_PROVIDER_KEY": PROVIDER_KEY,
+        "VSR_T_LISTENER_KEYS": f"{LISTENER_KEY}, another-listener-key-5e1",
+    }
+    stack = start_stack(
+        ["--config", str(config), "--port-offset", str(offset), "--state-dir", str(state)], tmp_path / "out.txt", env
+    )
     try:
         summary = (tmp_path / "out.txt").read_text()
-        sockets = {m.group(1): Path(m.group(2)) for m in re.finditer(r"^(ext_proc sidecar|envoy admin) +unix:(\S+)", summary, re.M)}
+        sockets = {
+            m.group(1): Path(m.group(2))
+            for m in re.finditer(r"^(ext_proc sidecar|envoy admin) +unix:(\S+)", summary, re.M)
+        }
         admin, sidecar = sockets["envoy admin"], sockets["ext_proc sidecar"]
         runtime_key = child_environ(stack.pid, "vllm-srun")["VLLM_SR_RUNTIME_KEY"]
 
         # Each child holds only the keys it reads.
         runtime_env, sidecar_env, envoy_env = (child_environ(stack.pid, p) for p in ("vllm-srun", "vllm-sr", "envoy"))
         assert "VSR_T_PROVIDER_KEY" not in runtime_env and "VSR_T_LISTENER_KEYS" not in runtime_env
-        assert "VSR_T_PROVIDER_KEY" not in sidecar_env and sidecar_env["VSR_T_LISTENER_KEYS"] and sidecar_env["VLLM_SR_RUNTIME_KEY"] == runtime_key
-        assert "VSR_T_LISTENER_KEYS" not in envoy_env and envoy_env["VSR_T_PROVIDER_KEY"] == PROVIDER_KEY and envoy_env["VLLM_SR_RUNTIME_KEY"] == runtime_key
+        assert (
+            "VSR_T_PROVIDER_KEY" not in sidecar_env
+            and sidecar_env["VSR_T_LISTENER_KEYS"]
+            and sidecar_env["VLLM_SR_RUNTIME_KEY"] == runtime_key
+        )
+        assert (
+            "VSR_T_LISTENER_KEYS" not in envoy_env
+            and envoy_env["VSR_T_PROVIDER_KEY"] == PROVIDER_KEY
+            and envoy_env["VLLM_SR_RUNTIME_KEY"] == runtime_key
+        )
 
         # The owner turns Envoy's debug logging on (its admin socket is the owner's), then traffic
         # with every kind of key goes through.
         assert admin_get(admin, "/logging?level=debug", method="POST")[0] == 200
         listener = f"http://127.0.0.1:{ports.listener}"
-        status, answer = _get(f"{listener}/v1/systemone?key={CLIENT_QUERY_KEY}", SEED_002_CURL, authorization=f"Bearer {LISTENER_KEY}")
+        status, answer = _get(
+            f"{listener}/v1/systemone?key={CLIENT_QUERY_KEY}", SEED_002_CURL, authorization=f"Bearer {LISTENER_KEY}"
+        )
         assert status == 200 and answer["answers"]["urgent"]["type"] == "noul"
         chat = {"model": "gpt", "messages": [{"role": "user", "content": "hi"}]}
-        status, seen = _get(f"{listener}/v1/chat/completions?api_key={CLIENT_QUERY_KEY}&stream=false", chat, authorization=f"Bearer {LISTENER_KEY}", **{"x-api-key": CLIENT_HEADER_KEY})
+        status, seen = _get(
+            f"{listener}/v1/chat/completions?api_key={CLIENT_QUERY_KEY}&stream=false",
+            chat,
+            authorization=f"Bearer {LISTENER_KEY}",
+            **{"x-api-key": CLIENT_HEADER_KEY},
+        )
         assert status == 200
         # The provider gets its own key from Envoy, and none of the client's.
         assert seen["authorization"] == f"Bearer {PROVIDER_KEY}" and seen["x-api-key"] is None
@@ -131,7 +165,14 @@ def test_serve_keeps_every_key_out_of_its_files_and_every_door_shut_to_others(tm
     assert "'authorization', '[redacted]'" in envoy_log  # the debug lines were written, without their values
     for path in written:
         text = path.read_bytes()
-        for key in (LISTENER_KEY, PROVIDER_KEY, runtime_key, CLIENT_QUERY_KEY, CLIENT_HEADER_KEY, "another-listener-key-5e1"):
+        for key in (
+            LISTENER_KEY,
+            PROVIDER_KEY,
+            runtime_key,
+            CLIENT_QUERY_KEY,
+            CLIENT_HEADER_KEY,
+            "another-listener-key-5e1",
+        ):
             assert key.encode() not in text, f"{key} in {path}"
     # The access log names paths without their query strings.
     access = [line for line in envoy_log.splitlines() if line.startswith('{"bytes_received"')]
@@ -152,7 +193,10 @@ def test_a_deployment_of_the_stacks_runtime_without_its_key_is_refused_before_an
     with pytest.raises(StackError) as refused:
         stack.start()
     message = str(refused.value)
-    assert f"{config}: deployments.local reaches the stack's runtime" in message and "api_key_env: VLLM_SR_RUNTIME_KEY" in message
+    assert (
+        f"{config}: deployments.local reaches the stack's runtime" in message
+        and "api_key_env: VLLM_SR_RUNTIME_KEY" in message
+    )
     assert not (tmp_path / "state" / "logs" / "runtime.log").exists()  # nothing was started
 
 
@@ -161,7 +205,10 @@ def test_a_deployment_of_the_stacks_runtime_without_its_key_is_refused_before_an
     [
         (b"'authorization', 'Bearer abc'", b"'authorization', '[redacted]'"),  # Envoy's debug header dump
         (b"'x-api-key', 'abc'", b"'x-api-key', '[redacted]'"),
-        (b"':path', '/v1/chat?api_key=abc&stream=false&key=def'", b"':path', '/v1/chat?api_key=[redacted]&stream=false&key=[redacted]'"),
+        (
+            b"':path', '/v1/chat?api_key=abc&stream=false&key=def'",
+            b"':path', '/v1/chat?api_key=[redacted]&stream=false&key=[redacted]'",
+        ),
         (b'{"authorization": "Bearer abc"}', b'{"authorization": "[redacted]"}'),
         (b"a known key sk-0123456789 anywhere", b"a known key [redacted] anywhere"),
         (b"a line about keys and tokens", b"a line about keys and tokens"),
@@ -177,8 +224,16 @@ def test_each_child_gets_only_the_key_variables_it_reads_and_unset_ones_are_name
     from sr_control.config.load import load_text
     from sr_control.stack import Environments
 
-    config = load_text(_config(Ports(), "http://127.0.0.1:9") + "  - {name: other, address: 127.0.0.1, port: 9, auth: {keys_env: VSR_T_UNSET}}\n")
-    environ = {"PATH": "/bin", "VSR_T_PROVIDER_KEY": PROVIDER_KEY, "VSR_T_LISTENER_KEYS": LISTENER_KEY, "VLLM_SR_RUNTIME_KEY": "inherited-and-dropped"}
+    config = load_text(
+        _config(Ports(), "http://127.0.0.1:9")
+        + "  - {name: other, address: 127.0.0.1, port: 9, auth: {keys_env: VSR_T_UNSET}}\n"
+    )
+    environ = {
+        "PATH": "/bin",
+        "VSR_T_PROVIDER_KEY": PROVIDER_KEY,
+        "VSR_T_LISTENER_KEYS": LISTENER_KEY,
+        "VLLM_SR_RUNTIME_KEY": "inherited-and-dropped",
+    }
     env = Environments.of(config, environ, "made-at-start")
     assert env.runtime == {"PATH": "/bin", "VLLM_SR_RUNTIME_KEY": "made-at-start"}
     assert env.sidecar == {"PATH": "/bin", "VSR_T_LISTENER_KEYS": LISTENER_KEY, "VLLM_SR_RUNTIME_KEY": "made-at-start"}
@@ -192,5 +247,9 @@ def test_the_keys_of_a_listeners_keys_file_are_redacted_by_value_too(tmp_path: P
 
     keys = tmp_path / "keys"
     keys.write_text("# one a line\nfile-key-one-0a1\nfile-key-two-9b2  # the second\n")
-    config = load_text(_config(Ports(), "http://127.0.0.1:9").replace("auth: {keys_env: VSR_T_LISTENER_KEYS}", f"auth: {{keys_file: {keys}}}"))
+    config = load_text(
+        _config(Ports(), "http://127.0.0.1:9").replace(
+            "auth: {keys_env: VSR_T_LISTENER_KEYS}", f"auth: {{keys_file: {keys}}}"
+        )
+    )
     assert _file_keys(config) == ["file-key-one-0a1", "file-key-two-9b2"]

@@ -30,7 +30,15 @@ def _free_offset() -> int:
         offset = random.randrange(20000, 40000, 10)
         ports = Ports().shifted(offset)
         try:
-            for port in (ports.runtime, ports.listener, ports.xds, ports.xds_status, ports.sidecar, ports.sidecar_status, ports.admin):
+            for port in (
+                ports.runtime,
+                ports.listener,
+                ports.xds,
+                ports.xds_status,
+                ports.sidecar,
+                ports.sidecar_status,
+                ports.admin,
+            ):
                 with socket.socket() as s:
                     s.bind(("127.0.0.1", port))
         except OSError:
@@ -39,10 +47,18 @@ def _free_offset() -> int:
     raise RuntimeError("no free set of ports")
 
 
-def start_stack(args: list[str], log: Path, env: dict[str, str] | None = None, timeout_s: float = 180) -> subprocess.Popen[bytes]:
+def start_stack(
+    args: list[str], log: Path, env: dict[str, str] | None = None, timeout_s: float = 180
+) -> subprocess.Popen[bytes]:
     """`vllm-sr serve ARGS` in a session of its own, its output in `log`, once it says it is up."""
     with log.open("w") as out:
-        stack = subprocess.Popen([str(BIN / "vllm-sr"), "serve", *args], stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        stack = subprocess.Popen(
+            [str(BIN / "vllm-sr"), "serve", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
     deadline = time.monotonic() + timeout_s
     try:
         while "Ctrl-C stops everything" not in log.read_text():
@@ -74,23 +90,34 @@ def test_serve_runs_the_stack_answers_through_the_listener_and_drains_on_sigterm
     stack = start_stack(["--port-offset", str(offset), "--state-dir", str(tmp_path / "state")], tmp_path / "out.txt")
     try:
         summary = (tmp_path / "out.txt").read_text()
-        assert f"http://127.0.0.1:{ports.runtime}" in summary and re.search(rf"listener local +http://127.0.0.1:{ports.listener}", summary)
+        assert f"http://127.0.0.1:{ports.runtime}" in summary and re.search(
+            rf"listener local +http://127.0.0.1:{ports.listener}", summary
+        )
 
         # The seed 002 curl, against the listener (Envoy, the sidecar, the runtime) and the runtime.
         status, answer = _get(f"http://127.0.0.1:{ports.listener}/v1/systemone", SEED_002_CURL)
-        assert status == 200 and answer["answers"]["urgent"]["type"] == "noul" and 0 <= answer["answers"]["urgent"]["noul"] <= 1
+        assert (
+            status == 200
+            and answer["answers"]["urgent"]["type"] == "noul"
+            and 0 <= answer["answers"]["urgent"]["noul"] <= 1
+        )
         # The runtime answers only the stack: without the key made at this start, 401; with it
         # (as the sidecar calls it), what the listener answered.
         status, refused = _get(f"http://127.0.0.1:{ports.runtime}/v1/systemone", SEED_002_CURL)
         assert status == 401 and refused["reason"] == "missing_key"
         key = child_environ(stack.pid, "vllm-srun")["VLLM_SR_RUNTIME_KEY"]
-        assert answer == _get(f"http://127.0.0.1:{ports.runtime}/v1/systemone", SEED_002_CURL, authorization=f"Bearer {key}")[1]
+        assert (
+            answer
+            == _get(f"http://127.0.0.1:{ports.runtime}/v1/systemone", SEED_002_CURL, authorization=f"Bearer {key}")[1]
+        )
 
         # The official conformance suite, against the listener: 32/32 MUST.
         report = runner.run(f"http://127.0.0.1:{ports.listener}", timeout=60)
         failed = {r.id: [f.message for f in r.findings] for r in report.results if r.status == "fail"}
         assert report.verdict == "conformant" and report.summary()["MUST"]["passed"] == 32, failed
-        assert set(failed) <= {"request.unknown-fields"}  # vllm-sr/5.0 names unknown members (docs/runtime/conformance.md)
+        assert set(failed) <= {
+            "request.unknown-fields"
+        }  # vllm-sr/5.0 names unknown members (docs/runtime/conformance.md)
 
         # Envoy took the embedded config over xDS: an API the listener does not offer is its 404.
         status, body = _get(f"http://127.0.0.1:{ports.listener}/v1/chat/completions", {})
@@ -100,21 +127,33 @@ def test_serve_runs_the_stack_answers_through_the_listener_and_drains_on_sigterm
         status, doc = _get(f"http://127.0.0.1:{ports.xds_status}/status")
         assert status == 200 and doc["version"]
         status, sidecar = _get(f"http://127.0.0.1:{ports.sidecar_status}/status")
-        assert status == 200 and sidecar["workers"][0]["ready"] and sidecar["workers"][0]["socket"].endswith("/extproc.sock")
+        assert (
+            status == 200
+            and sidecar["workers"][0]["ready"]
+            and sidecar["workers"][0]["socket"].endswith("/extproc.sock")
+        )
 
-        children = [int(p) for p in subprocess.run(["pgrep", "-P", str(stack.pid)], capture_output=True, text=True).stdout.split()]
+        children = [
+            int(p)
+            for p in subprocess.run(["pgrep", "-P", str(stack.pid)], capture_output=True, text=True).stdout.split()
+        ]
         assert len(children) == 3  # the runtime, the sidecar and Envoy; the control plane runs in the supervisor
 
         # SIGTERM while requests are in flight: every request sent before it is answered; after
         # it Envoy takes no new connection; then every part exits.
-        outcomes, stopping = _traffic_during(lambda: stack.send_signal(signal.SIGTERM), f"http://127.0.0.1:{ports.listener}/v1/systemone/batch")
+        outcomes, stopping = _traffic_during(
+            lambda: stack.send_signal(signal.SIGTERM), f"http://127.0.0.1:{ports.listener}/v1/systemone/batch"
+        )
         assert stack.wait(timeout=60) == 0
         seen = [(o[0], round(o[1] - stopping, 3), round(o[2] - stopping, 3)) for o in outcomes]
         # Every request Envoy took was answered in full: no 5xx, no reset mid-answer. Only a
         # connection made as the listener closed (sent within the moment SIGTERM came) is refused.
         assert {o[0] for o in outcomes} <= {200, "not taken"}, seen
         assert all(o[1] > stopping - 0.5 for o in outcomes if o[0] == "not taken"), seen
-        assert any(o[0] == 200 and o[1] < stopping < o[2] for o in outcomes), ("no request was in flight when SIGTERM came", seen)
+        assert any(o[0] == 200 and o[1] < stopping < o[2] for o in outcomes), (
+            "no request was in flight when SIGTERM came",
+            seen,
+        )
         assert [pid for pid in children if _alive(pid)] == [], "children outlived the stack"
     finally:
         if stack.poll() is None:
@@ -180,7 +219,12 @@ def test_serve_refuses_a_taken_port_before_starting_anything(tmp_path: Path) -> 
         taken.listen()
         run = subprocess.run(
             [str(BIN / "vllm-sr"), "serve", "--port-offset", str(offset), "--state-dir", str(tmp_path)],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert run.returncode == 1
-    assert f"port {Ports().shifted(offset).runtime} for the runtime is taken by pid {os.getpid()}" in run.stderr and "Traceback" not in run.stderr
+    assert (
+        f"port {Ports().shifted(offset).runtime} for the runtime is taken by pid {os.getpid()}" in run.stderr
+        and "Traceback" not in run.stderr
+    )

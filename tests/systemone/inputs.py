@@ -22,7 +22,9 @@ def corpus() -> list[tuple[str, bytes]]:
 # Text as clients send it: any Unicode scalar (no lone surrogates), keys included.
 text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x01"), max_size=12)
 # Number literals JSON allows, in the spellings Python's json.dumps never writes.
-literals = st.sampled_from(["1.0", "1e3", "-0", "-0.0", "1E+2", "2.50", "0.000", "12345678901234567890", "3.0e-7", "-1E-2"])
+literals = st.sampled_from(
+    ["1.0", "1e3", "-0", "-0.0", "1E+2", "2.50", "0.000", "12345678901234567890", "3.0e-7", "-1E-2"]
+)
 
 
 def json_values(max_leaves: int = 25) -> st.SearchStrategy:

@@ -21,7 +21,15 @@ from systemone.replies import decode_reply, is_whole, reply_doc
 from tests.systemone.inputs import json_values
 
 LISTENERS = {s: REGISTRY.listener(s) for s in ("vllm-sr/5.0", "vllm-sr/4.0", "systemone/0.2")}
-REQUEST = {"model": "vllm-sr/auto", "state": {"request": "Charged twice"}, "questions": {"team": {"type": "choice", "criteria": {"billing": None, "tech": None}}, "urgent": {"type": "noul"}, "anger": {"type": "score", "criteria": ["calm", "angry"]}}}
+REQUEST = {
+    "model": "vllm-sr/auto",
+    "state": {"request": "Charged twice"},
+    "questions": {
+        "team": {"type": "choice", "criteria": {"billing": None, "tech": None}},
+        "urgent": {"type": "noul"},
+        "anger": {"type": "score", "criteria": ["calm", "angry"]},
+    },
+}
 BAD_QUESTION = {**REQUEST, "questions": {**REQUEST["questions"], "bad": {"type": "choice", "criteria": {"only": None}}}}
 
 
@@ -32,8 +40,14 @@ def requests() -> list[ClientRequest]:
         out.append(codec.read("/v1/systemone", json.dumps(REQUEST, separators=(",", ":")).encode()))
         if schema != "systemone/0.2":
             out.append(codec.read("/v1/decisions", json.dumps(BAD_QUESTION).encode()))
-            out.append(codec.read("/v1/systemone/batch", json.dumps({"requests": {"a": REQUEST, "b": REQUEST}}).encode()))
-    out.append(LISTENERS["vllm-sr/4.0"].read("/v1/systemone", json.dumps({"states": ["a", "b"], "questions": REQUEST["questions"]}).encode()))
+            out.append(
+                codec.read("/v1/systemone/batch", json.dumps({"requests": {"a": REQUEST, "b": REQUEST}}).encode())
+            )
+    out.append(
+        LISTENERS["vllm-sr/4.0"].read(
+            "/v1/systemone", json.dumps({"states": ["a", "b"], "questions": REQUEST["questions"]}).encode()
+        )
+    )
     return out
 
 
@@ -43,7 +57,9 @@ REQUESTS = requests()
 def reference(req: ClientRequest, body: bytes) -> Any:
     codec = LISTENERS[req.schema]
     try:
-        return dumps(reply_doc(decode_reply(stdlib_loads(body), req.ir), req.ir, req.endpoint, codec.flavour)).encode("utf-8")
+        return dumps(reply_doc(decode_reply(stdlib_loads(body), req.ir), req.ir, req.endpoint, codec.flavour)).encode(
+            "utf-8"
+        )
     except Exception as exc:  # a malformed reply may fail on any line: both ways fail alike
         return type(exc), str(exc), getattr(exc, "info", None)
 
@@ -58,7 +74,13 @@ def answered(req: ClientRequest, body: bytes) -> Any:
 # ---------------------------------------------------------------------------- replies
 
 numbers = st.floats(0, 1) | st.sampled_from([0, 1, "1.0", "1e-5", "-0", "0.50"])
-error = st.fixed_dictionaries({"type": st.just("noul"), "error": st.sampled_from(["invalid_input", "unavailable", "deadline_exceeded"]), "message": st.just("no")})
+error = st.fixed_dictionaries(
+    {
+        "type": st.just("noul"),
+        "error": st.sampled_from(["invalid_input", "unavailable", "deadline_exceeded"]),
+        "message": st.just("no"),
+    }
+)
 
 
 @st.composite
@@ -69,28 +91,42 @@ def answer(draw: st.DrawFn) -> Any:
         return draw(error)
     if odd == 8:
         return None
-    return draw(st.fixed_dictionaries({"type": st.just("noul"), "noul": numbers}, optional={"abstain_probability": numbers, "x": json_values(3)}))
+    return draw(
+        st.fixed_dictionaries(
+            {"type": st.just("noul"), "noul": numbers}, optional={"abstain_probability": numbers, "x": json_values(3)}
+        )
+    )
 
 
 @st.composite
 def replies(draw: st.DrawFn) -> bytes:
     """Replies to REQUEST: mostly what a runtime sends, with drawn departures from it (each
     departure at the top of its draw's range, since hypothesis draws small values most)."""
-    ids = draw(st.permutations(["team", "urgent", "anger"])) if draw(st.integers(0, 3)) == 3 else ["team", "urgent", "anger"]
+    ids = (
+        draw(st.permutations(["team", "urgent", "anger"]))
+        if draw(st.integers(0, 3)) == 3
+        else ["team", "urgent", "anger"]
+    )
     ids = ids[: draw(st.integers(1, 3))] if draw(st.integers(0, 5)) == 5 else ids
     answers = {i: draw(answer()) for i in ids}
     if draw(st.integers(0, 4)) == 4:
         answers["extra"] = draw(answer())
     odd_model, odd_usage = draw(st.integers(0, 5)) == 5, draw(st.integers(0, 5)) == 5
     model = draw(st.sampled_from(["", None, 7])) if odd_model else "d3"
-    doc: dict[str, Any] = {"model": model, "answers": answers, "usage": None if odd_usage else {"input_tokens": 12, "output_tokens": 0}}
+    doc: dict[str, Any] = {
+        "model": model,
+        "answers": answers,
+        "usage": None if odd_usage else {"input_tokens": 12, "output_tokens": 0},
+    }
     if draw(st.booleans()):
         doc["meta"] = draw(json_values(4))
     order = draw(st.permutations(list(doc))) if draw(st.integers(0, 3)) == 3 else list(doc)
     doc = {k: doc[k] for k in order if draw(st.integers(0, 9)) != 9 or k == "answers"}
     if draw(st.integers(0, 6)) == 6:
         doc = {"model": "d3", "responses": {"a": doc, "b": doc}, "usage": {"input_tokens": 24, "output_tokens": 0}}
-    text = json.dumps(doc, ensure_ascii=draw(st.integers(0, 5)) == 5, separators=draw(st.sampled_from([(", ", ": "), (",", ":")])))
+    text = json.dumps(
+        doc, ensure_ascii=draw(st.integers(0, 5)) == 5, separators=draw(st.sampled_from([(", ", ": "), (",", ":")]))
+    )
     for literal in ("1.0", "1e-5", "-0", "0.50"):  # numbers as an upstream may write them
         text = text.replace(f'"{literal}"', literal)
     return text.encode("utf-8")
@@ -106,9 +142,20 @@ def test_fuzz_every_reply_is_answered_as_the_reference_answers_it(body: bytes, w
 RUNTIME_REPLY = {
     "model": "d3-turbo",
     "answers": {
-        "team": {"type": "choice", "choice": "billing", "probabilities": {"billing": 0.9124012, "tech": 0.0875988}, "confidence": 0.8248024},
+        "team": {
+            "type": "choice",
+            "choice": "billing",
+            "probabilities": {"billing": 0.9124012, "tech": 0.0875988},
+            "confidence": 0.8248024,
+        },
         "urgent": {"type": "noul", "noul": 3.2e-05},
-        "anger": {"type": "score", "score": 0.31, "legend": {"0": "calm", "1": "angry"}, "probabilities": {"0": 0.69, "1": 0.31}, "confidence": 0.38},
+        "anger": {
+            "type": "score",
+            "score": 0.31,
+            "legend": {"0": "calm", "1": "angry"},
+            "probabilities": {"0": 0.69, "1": 0.31},
+            "confidence": 0.38,
+        },
     },
     "usage": {"input_tokens": 212, "output_tokens": 0},
     "meta": {"ms": 7},
@@ -136,10 +183,17 @@ def runtime_results(draw: st.DrawFn, ids: list[str]) -> Reply:
         kind = draw(st.integers(0, 12))
         if kind == 12:
             continue
-        answers.append((q_id, draw(error) if kind == 11 else None if kind == 10 else {"type": "noul", "noul": draw(st.floats(0, 1))}))
+        answers.append(
+            (
+                q_id,
+                draw(error) if kind == 11 else None if kind == 10 else {"type": "noul", "noul": draw(st.floats(0, 1))},
+            )
+        )
     if draw(st.integers(0, 5)) == 5:
         answers.append(("team.billing", {"type": "noul", "noul": 0.5}))  # a derived id (a set's label)
-    usage = None if draw(st.integers(0, 7)) == 7 else JsonObject(input_tokens=draw(st.integers(0, 9999)), output_tokens=0)
+    usage = (
+        None if draw(st.integers(0, 7)) == 7 else JsonObject(input_tokens=draw(st.integers(0, 9999)), output_tokens=0)
+    )
     extras = JsonObject(meta=JsonObject(ms=draw(st.integers(0, 99)))) if draw(st.booleans()) else JsonObject()
     model = draw(st.sampled_from(["d3", "d3", "d3", ""]))
     return Reply({"": ItemResult(JsonObject(answers), usage, extras, model or None)}, model or None)

@@ -55,7 +55,9 @@ def test_schemas_check_names_a_stale_file_and_generate_fixes_it(repo_copy: Path)
 
 def test_schemas_check_and_generate_refuse_specs_that_give_a_field_two_meanings(repo_copy: Path) -> None:
     legacy = repo_copy / SPEC_DIR / "vllm-sr-4.0.openapi.yaml"
-    legacy.write_text(legacy.read_text().replace("overflow: {type: string, enum: [window, truncate]}", "overflow: {type: integer}"))
+    legacy.write_text(
+        legacy.read_text().replace("overflow: {type: string, enum: [window, truncate]}", "overflow: {type: integer}")
+    )
     result = invoke("schemas", "check", "--root", str(repo_copy))
     assert result.exit_code == 1 and "question.overflow: two meanings" in result.output
     result = invoke("schemas", "generate", "--root", str(repo_copy))
@@ -66,7 +68,11 @@ def test_schemas_drift_against_a_local_file(tmp_path: Path) -> None:
     result = invoke("schemas", "drift", sdk_models.__file__)
     assert result.exit_code == 0 and "0 differences" in result.output
     changed = tmp_path / "models.py"
-    changed.write_text(Path(sdk_models.__file__).read_text().replace("    output_tokens: int = Field(", "    output_tokens: float = Field("))
+    changed.write_text(
+        Path(sdk_models.__file__)
+        .read_text()
+        .replace("    output_tokens: int = Field(", "    output_tokens: float = Field(")
+    )
     result = invoke("schemas", "drift", str(changed), "--format", "json")
     assert result.exit_code == 1
     assert json.loads(result.output)["differences"] == ["Usage.output_tokens: type: ours integer, published number"]
@@ -82,11 +88,22 @@ def test_systemone_check_explains_an_accepted_request(tmp_path: Path) -> None:
     assert list(out) == ["status", "plan", "legacy_forms", "ir", "internal", "error"]
     assert out["status"] == "accepted" and out["plan"]["kind"] == "passthrough"
     assert out["legacy_forms"] == ["choices", "implicit_roles"]
-    assert out["ir"]["questions"]["t"] == {"type": "choice", "criteria": {"a": None, "b": None}, "spelled_as": "choices"}
+    assert out["ir"]["questions"]["t"] == {
+        "type": "choice",
+        "criteria": {"a": None, "b": None},
+        "spelled_as": "choices",
+    }
 
 
 def test_systemone_check_says_why_a_request_is_refused() -> None:
-    result = invoke("systemone", "check", "--schema", "vllm-sr/5.0", "-", input='{"state": "x", "states": ["y"], "questions": {"q": {"type": "noul"}}}')
+    result = invoke(
+        "systemone",
+        "check",
+        "--schema",
+        "vllm-sr/5.0",
+        "-",
+        input='{"state": "x", "states": ["y"], "questions": {"q": {"type": "noul"}}}',
+    )
     assert result.exit_code == 1
     out = json.loads(result.output)
     assert out["status"] == "refused" and out["error"]["status"] == 400
@@ -96,9 +113,15 @@ def test_systemone_check_says_why_a_request_is_refused() -> None:
 def test_systemone_check_header_makes_a_convert_plan(tmp_path: Path) -> None:
     file = tmp_path / "r.json"
     file.write_text('{"state": "long", "questions": {"q": {"type": "noul"}}}')
-    result = invoke("systemone", "check", "--schema", "vllm-sr/4.0", "-H", "TypeSafe-Danger-Zone-Long-Context: true", str(file))
+    result = invoke(
+        "systemone", "check", "--schema", "vllm-sr/4.0", "-H", "TypeSafe-Danger-Zone-Long-Context: true", str(file)
+    )
     out = json.loads(result.output)
-    assert out["plan"]["kind"] == "convert" and out["internal"] == '{"state": "long", "questions": {"q": {"type": "noul"}}, "options": {"long_context": true}}'
+    assert (
+        out["plan"]["kind"] == "convert"
+        and out["internal"]
+        == '{"state": "long", "questions": {"q": {"type": "noul"}}, "options": {"long_context": true}}'
+    )
 
 
 def test_systemone_check_refuses_unusable_input(tmp_path: Path) -> None:
@@ -109,12 +132,28 @@ def test_systemone_check_refuses_unusable_input(tmp_path: Path) -> None:
 def test_systemone_plan_prints_the_split_calls(tmp_path: Path) -> None:
     file = tmp_path / "r.json"
     file.write_text('{"states": ["a", {"k": 1e3}], "questions": {"q": {"type": "noul", "preset": "toxicity"}}}')
-    result = invoke("systemone", "plan", "--listener", "vllm-sr/4.0", "--target", "systemone/0.2", "--deviation", "state_text", "--max-concurrency", "1", "--model", "d3", str(file))
+    result = invoke(
+        "systemone",
+        "plan",
+        "--listener",
+        "vllm-sr/4.0",
+        "--target",
+        "systemone/0.2",
+        "--deviation",
+        "state_text",
+        "--max-concurrency",
+        "1",
+        "--model",
+        "d3",
+        str(file),
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["max_concurrency"] == 1 and [c["answers"] for c in out["calls"]] == [["0"], ["1"]]
     assert out["calls"][1]["json"]["state"] == '{"k": 1000.0}'
-    assert out["calls"][0]["json"]["questions"]["q"]["instructions"] == "Is the message abusive, hateful or threatening?"
+    assert (
+        out["calls"][0]["json"]["questions"]["q"]["instructions"] == "Is the message abusive, hateful or threatening?"
+    )
 
 
 def test_systemone_plan_refuses_what_the_target_cannot_carry(tmp_path: Path) -> None:
@@ -143,6 +182,8 @@ def test_the_troubleshooting_page_example_is_what_the_command_prints(tmp_path: P
     accepted = json.loads(invoke("systemone", "check", "--schema", "vllm-sr/4.0", str(file)).output)
     assert f'"legacy_forms": {json.dumps(accepted["legacy_forms"])}' in page
     span = tmp_path / "span.json"
-    span.write_text('{"state": "Mail me at jane@example.com", "questions": {"pii": {"type": "span", "criteria": {"email": null}}}}')
+    span.write_text(
+        '{"state": "Mail me at jane@example.com", "questions": {"pii": {"type": "span", "criteria": {"email": null}}}}'
+    )
     planned = json.loads(invoke("systemone", "plan", "--target", "systemone/0.2", str(span)).output)
     assert f'"message": "{planned["error"]["body"]["detail"]["message"]}"' in page

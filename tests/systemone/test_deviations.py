@@ -22,16 +22,24 @@ def test_state_text_golden_on_a_0_2_call() -> None:
     body = '{"state": {"request": "Où est ma commande ?", "n": 1e3, "z": -0, "list": [1.0]}, "questions": {"q": {"type": "noul"}}}'.encode()
     req = V50L.read("/v1/systemone", body)
     plan = REGISTRY.client("systemone/0.2").plan(req.ir, Target(model="d3", deviations=("state_text",)))
-    assert plan.calls[0].body == (
-        '{"model": "d3", "state": "{\\"request\\": \\"Où est ma commande ?\\", \\"n\\": 1000.0, \\"z\\": 0, \\"list\\": [1.0]}", '
-        '"questions": {"q": {"type": "noul"}}}'
-    ).encode()
+    assert (
+        plan.calls[0].body
+        == (
+            '{"model": "d3", "state": "{\\"request\\": \\"Où est ma commande ?\\", \\"n\\": 1000.0, \\"z\\": 0, \\"list\\": [1.0]}", '
+            '"questions": {"q": {"type": "noul"}}}'
+        ).encode()
+    )
     assert plan.diagnostics == ("state_text: sent the state of the request as JSON text",)
 
 
 def test_state_text_leaves_a_text_state_alone_and_applies_to_each_request_of_a_5_0_batch() -> None:
     assert state_text("already text") == "already text"
-    batch = {"requests": {"a": {"state": "plain", "questions": {"q": {"type": "noul"}}}, "b": {"state": ["x", 2], "questions": {"q": {"type": "noul"}}}}}
+    batch = {
+        "requests": {
+            "a": {"state": "plain", "questions": {"q": {"type": "noul"}}},
+            "b": {"state": ["x", 2], "questions": {"q": {"type": "noul"}}},
+        }
+    }
     req = V50L.read("/v1/systemone/batch", json.dumps(batch).encode())
     (call,) = REGISTRY.client("vllm-sr/5.0").plan(req.ir, Target("vllm-sr/5.0", deviations=("state_text",))).calls
     doc = json.loads(call.body)
@@ -51,7 +59,10 @@ def test_fuzz_state_text_is_exactly_json_dumps_of_the_state_python_reads(text: s
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 @settings(max_examples=60, deadline=None)
-@given(state=json_values(15).filter(lambda v: isinstance(v, (dict, list))) | st.just({"request": "hi", "history": "earlier", "n": 1e3}))
+@given(
+    state=json_values(15).filter(lambda v: isinstance(v, (dict, list)))
+    | st.just({"request": "hi", "history": "earlier", "n": 1e3})
+)
 def test_every_family_reads_an_object_state_and_its_state_text_alike(family: str, state: object) -> None:
     assert reads_both(family)
     read = loads(json.dumps(state, ensure_ascii=False))

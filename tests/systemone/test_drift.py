@@ -19,7 +19,15 @@ SDK_MODELS = Path(sdk_models.__file__).read_text(encoding="utf-8")
 def openapi_from_sdk() -> dict:
     """An OpenAPI document of the same shape the API publishes, built offline from the SDK's models."""
     _, top = models_json_schema(
-        [(m, "validation") for m in (sdk_models.SystemOneRequest, sdk_models.SystemOneResponse, sdk_models.ModelMetadataList, sdk_models.HTTPValidationError)],
+        [
+            (m, "validation")
+            for m in (
+                sdk_models.SystemOneRequest,
+                sdk_models.SystemOneResponse,
+                sdk_models.ModelMetadataList,
+                sdk_models.HTTPValidationError,
+            )
+        ],
         ref_template="#/components/schemas/{model}",
     )
     return {"openapi": "3.1.0", "info": {"version": "0.2.0"}, "components": {"schemas": top["$defs"]}}

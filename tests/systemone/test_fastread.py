@@ -24,7 +24,13 @@ from systemone.writing import internal_body, internal_doc
 from tests.systemone.inputs import corpus, json_values, text
 from tests.systemone.same import same
 
-READS = [("vllm-sr/5.0", "systemone"), ("vllm-sr/4.0", "systemone"), ("systemone/0.2", "systemone"), ("internal", "decisions"), ("vllm-sr/5.0", "batch")]
+READS = [
+    ("vllm-sr/5.0", "systemone"),
+    ("vllm-sr/4.0", "systemone"),
+    ("systemone/0.2", "systemone"),
+    ("internal", "decisions"),
+    ("vllm-sr/5.0", "batch"),
+]
 
 
 def general(body: bytes, schema: str, endpoint: str) -> Any:
@@ -73,7 +79,9 @@ def questions(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         q["instructions"] = draw(texts | st.none())
     if kind == "noul" and draw(st.booleans()):
-        q["criteria"] = draw(st.none() | st.fixed_dictionaries({}, optional={"true": texts | st.none(), "false": texts | st.none()}))
+        q["criteria"] = draw(
+            st.none() | st.fixed_dictionaries({}, optional={"true": texts | st.none(), "false": texts | st.none()})
+        )
     elif kind in ("choice", "span", "set"):
         q["criteria"] = draw(st.dictionaries(names, texts | st.none(), min_size=1, max_size=4))
     elif kind == "score":
@@ -85,15 +93,29 @@ def questions(draw: st.DrawFn) -> dict[str, Any]:
 def requests(draw: st.DrawFn) -> dict[str, Any]:
     """Requests of the common form, and near it: each drawn change may make it invalid or rare."""
     state = draw(texts)
-    doc: dict[str, Any] = {"state": state, "questions": draw(st.dictionaries(names, questions(), min_size=1, max_size=4))}
+    doc: dict[str, Any] = {
+        "state": state,
+        "questions": draw(st.dictionaries(names, questions(), min_size=1, max_size=4)),
+    }
     if draw(st.booleans()):
         doc["model"] = draw(st.sampled_from(["vllm-sr/auto", "d3", "jev-latest"]))
     if isinstance(state, dict) and draw(st.booleans()):
-        doc["roles"] = {k: draw(st.sampled_from(["user", "context", "answer"])) for k in list(state)[: draw(st.integers(0, 3))]}
+        doc["roles"] = {
+            k: draw(st.sampled_from(["user", "context", "answer"])) for k in list(state)[: draw(st.integers(0, 3))]
+        }
     elif draw(st.booleans()):
         doc["roles"] = None
     if draw(st.booleans()):
-        doc["options"] = draw(st.fixed_dictionaries({}, optional={"deadline_ms": st.integers(-1, 10**5), "return_meta": st.booleans(), "long_context": st.booleans()}))
+        doc["options"] = draw(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "deadline_ms": st.integers(-1, 10**5),
+                    "return_meta": st.booleans(),
+                    "long_context": st.booleans(),
+                },
+            )
+        )
     for change in draw(st.lists(st.sampled_from(CHANGES), max_size=2)):
         change(doc, draw)
     return {k: doc[k] for k in draw(st.permutations(list(doc)))}
@@ -107,7 +129,9 @@ def _question_extra(doc: dict[str, Any], draw: st.DrawFn) -> None:
     if not doc.get("questions"):
         return
     q = next(iter(doc["questions"].values()))
-    q[draw(st.sampled_from(["preset", "over", "head", "choices", "levels", "labels", "threshold", "weird"]))] = draw(st.sampled_from(["pii", ["a", "b"], 0.5]))
+    q[draw(st.sampled_from(["preset", "over", "head", "choices", "levels", "labels", "threshold", "weird"]))] = draw(
+        st.sampled_from(["pii", ["a", "b"], 0.5])
+    )
 
 
 def _empty_id(doc: dict[str, Any], draw: st.DrawFn) -> None:
@@ -145,9 +169,36 @@ def _anything(doc: dict[str, Any], draw: st.DrawFn) -> None:
     questions = doc.get("questions")
     places = [doc, *(q for q in questions.values() if isinstance(q, dict))] if isinstance(questions, dict) else [doc]
     place = draw(st.sampled_from(places))
-    name = draw(st.sampled_from(["type", "preset", "instructions", "criteria", "choices", "levels", "labels", "overflow", "threshold", "over",
-                                 "model", "state", "states", "roles", "questions", "options", "assets", "images", "media", "requests"]))
-    place[name] = draw(json_values(4) | st.sampled_from([{}, {"a": 1}, [{}], {"⟦img-1⟧": {"type": {}, "data_base64": "AA=="}}, [{"format": {}}]]))
+    name = draw(
+        st.sampled_from(
+            [
+                "type",
+                "preset",
+                "instructions",
+                "criteria",
+                "choices",
+                "levels",
+                "labels",
+                "overflow",
+                "threshold",
+                "over",
+                "model",
+                "state",
+                "states",
+                "roles",
+                "questions",
+                "options",
+                "assets",
+                "images",
+                "media",
+                "requests",
+            ]
+        )
+    )
+    place[name] = draw(
+        json_values(4)
+        | st.sampled_from([{}, {"a": 1}, [{}], {"⟦img-1⟧": {"type": {}, "data_base64": "AA=="}}, [{"format": {}}]])
+    )
 
 
 CHANGES = [_unknown, _question_extra, _empty_id, _state, _roles, _drop, _media, _legacy, _batch, _anything]
@@ -156,7 +207,9 @@ LAYOUTS = [{}, {"separators": (",", ":")}, {"indent": 1}]
 
 @settings(max_examples=400, deadline=None)
 @given(requests(), st.sampled_from(LAYOUTS), st.booleans())
-def test_fuzz_every_body_is_read_as_the_general_reader_reads_it(doc: dict[str, Any], layout: dict[str, Any], ascii_: bool) -> None:
+def test_fuzz_every_body_is_read_as_the_general_reader_reads_it(
+    doc: dict[str, Any], layout: dict[str, Any], ascii_: bool
+) -> None:
     reads_alike(json.dumps(doc, ensure_ascii=ascii_, **layout).encode("utf-8"))
 
 
@@ -191,7 +244,14 @@ def test_the_common_form_takes_the_short_way() -> None:
     from systemone import fastread
     from systemone.jsontext import loads, read_plain, read_shape
 
-    body = json.dumps({"model": "vllm-sr/auto", "state": {"request": "hi"}, "roles": {"request": "user"}, "questions": {"q": {"type": "choice", "criteria": {"a": None, "b": "B"}}}}).encode()
+    body = json.dumps(
+        {
+            "model": "vllm-sr/auto",
+            "state": {"request": "hi"},
+            "roles": {"request": "user"},
+            "questions": {"q": {"type": "choice", "criteria": {"a": None, "b": "B"}}},
+        }
+    ).encode()
     for schema in ("vllm-sr/5.0", "vllm-sr/4.0", "internal"):
         assert fastread.read(read_plain(body), READINGS[schema], "systemone", source=body) is not None
     # A body the standard library reads (here: a Python client's default \u escapes) is common too.
@@ -204,11 +264,22 @@ def test_the_common_form_takes_the_short_way() -> None:
 
 
 def test_a_convert_plan_and_a_new_model_write_what_internal_doc_writes() -> None:
-    body = json.dumps({"model": "vllm-sr/auto", "state": {"request": "hi"}, "questions": {"q": {"type": "noul", "instructions": "Is it?"}}}, separators=(",", ":")).encode()
+    body = json.dumps(
+        {
+            "model": "vllm-sr/auto",
+            "state": {"request": "hi"},
+            "questions": {"q": {"type": "noul", "instructions": "Is it?"}},
+        },
+        separators=(",", ":"),
+    ).encode()
     v50 = REGISTRY.listener("vllm-sr/5.0")
     req = v50.read("/v1/systemone", body)
-    assert req.plan.body == dumpb(internal_doc(req.ir)) == (
-        b'{"model": "vllm-sr/auto", "state": {"request": "hi"}, "questions": {"q": {"type": "noul", "instructions": "Is it?"}}, "roles": null}'
+    assert (
+        req.plan.body
+        == dumpb(internal_doc(req.ir))
+        == (
+            b'{"model": "vllm-sr/auto", "state": {"request": "hi"}, "questions": {"q": {"type": "noul", "instructions": "Is it?"}}, "roles": null}'
+        )
     )
     assert req.upstream_body() == req.upstream_body("vllm-sr/auto") == req.plan.body
     assert req.upstream_body("d3-turbo") == dumpb(internal_doc(replace(req.ir, model="d3-turbo")))
@@ -216,7 +287,9 @@ def test_a_convert_plan_and_a_new_model_write_what_internal_doc_writes() -> None
 
 
 def test_a_passthrough_plan_is_the_clients_bytes_until_the_model_changes() -> None:
-    body = b'{"model":"vllm-sr/auto","state":"refund please","questions":{"q":{"type":"noul","instructions":"Refund?"}}}'
+    body = (
+        b'{"model":"vllm-sr/auto","state":"refund please","questions":{"q":{"type":"noul","instructions":"Refund?"}}}'
+    )
     req = REGISTRY.listener("vllm-sr/4.0").read("/v1/systemone", body)
     assert req.plan.kind == "passthrough" and req.upstream_body() == req.upstream_body("vllm-sr/auto") == body
     named = req.upstream_body("d3")
@@ -233,9 +306,19 @@ def test_a_request_that_names_no_model_still_names_none() -> None:
 
 
 def test_a_batch_names_the_new_model_wherever_it_named_one() -> None:
-    body = json.dumps({"model": "vllm-sr/auto", "requests": {"a": {"model": "vllm-sr/auto", "state": "x", "questions": {"q": {"type": "noul"}}}, "b": {"state": "y", "questions": {"q": {"type": "noul"}}}}}).encode()
+    body = json.dumps(
+        {
+            "model": "vllm-sr/auto",
+            "requests": {
+                "a": {"model": "vllm-sr/auto", "state": "x", "questions": {"q": {"type": "noul"}}},
+                "b": {"state": "y", "questions": {"q": {"type": "noul"}}},
+            },
+        }
+    ).encode()
     req = REGISTRY.listener("vllm-sr/5.0").read("/v1/systemone/batch", body)
     out = json.loads(req.upstream_body("d3"))
     assert out["model"] == "d3" and out["requests"]["a"]["model"] == "d3" and "model" not in out["requests"]["b"]
-    states = REGISTRY.listener("vllm-sr/4.0").read("/v1/systemone", b'{"model": "vllm-sr/auto", "states": ["a", "b"], "questions": {"q": {"type": "noul"}}}')
+    states = REGISTRY.listener("vllm-sr/4.0").read(
+        "/v1/systemone", b'{"model": "vllm-sr/auto", "states": ["a", "b"], "questions": {"q": {"type": "noul"}}}'
+    )
     assert json.loads(states.upstream_body("d3"))["model"] == "d3"

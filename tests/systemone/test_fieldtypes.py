@@ -20,15 +20,33 @@ from systemone.rules import READINGS
 def _table_types() -> list[tuple[str, dict[str, Any]]]:
     pairs = {(spec["type"], tuple(spec["bounds"].items())) for spec in F.EXTENSION_FIELDS.values()}
     for reading in READINGS.values():
-        pairs |= {(t, tuple(b.items())) for t, b in [*reading.options.values(), *(c for c in reading.criteria.values() if c)]}
+        pairs |= {
+            (t, tuple(b.items())) for t, b in [*reading.options.values(), *(c for c in reading.criteria.values() if c)]
+        }
     pairs |= {(t, tuple(b.items())) for t, b, _ in F.LEGACY_QUESTION.values()}
-    pairs |= {("map<string>", ()), ("array<boolean?>", (("min_items", 1),)), ("map<text>", ()), ("array<any>", ()), ("number", (("maximum", 1),))}
+    pairs |= {
+        ("map<string>", ()),
+        ("array<boolean?>", (("min_items", 1),)),
+        ("map<text>", ()),
+        ("array<any>", ()),
+        ("number", (("maximum", 1),)),
+    }
     return [(t, dict(b)) for t, b in sorted(pairs, key=repr)]
 
 
 TYPES = _table_types()
-scalars = st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from([Number("1e3"), Number("0.5"), Number("-0"), 1.5]) | st.text(max_size=3)
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=2), inner, max_size=4), max_leaves=12)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3)
+    | st.sampled_from([Number("1e3"), Number("0.5"), Number("-0"), 1.5])
+    | st.text(max_size=3)
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=2), inner, max_size=4),
+    max_leaves=12,
+)
 content = values | values.map(freeze) | values.map(lambda v: JsonObject(v) if isinstance(v, dict) else v)
 
 

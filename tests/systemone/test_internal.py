@@ -34,7 +34,9 @@ def test_corpus_covers_every_legacy_form_and_each_family_selfcheck() -> None:
 
     names = {n for n, _ in corpus()}
     assert {f"legacy/{form}" for form in LEGACY_FORMS} <= names
-    assert any(n.startswith("selfcheck/") for n in names) and all(n.split("/")[1] in FAMILIES for n in names if n.startswith("selfcheck/"))
+    assert any(n.startswith("selfcheck/") for n in names) and all(
+        n.split("/")[1] in FAMILIES for n in names if n.startswith("selfcheck/")
+    )
 
 
 # ---------------------------------------------------------------------------- fuzz corpus
@@ -90,7 +92,9 @@ def questions(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()) or kind == "box":
         q["instructions"] = draw(text | json_values(4).filter(_is_text))
     if kind == "noul" and draw(st.booleans()):
-        q["criteria"] = draw(st.none() | st.fixed_dictionaries({}, optional={"true": text | st.none(), "false": text | st.none()}))
+        q["criteria"] = draw(
+            st.none() | st.fixed_dictionaries({}, optional={"true": text | st.none(), "false": text | st.none()})
+        )
     elif kind == "choice":
         options = draw(st.lists(names, min_size=2, max_size=5, unique=True))
         q[draw(st.sampled_from(["criteria", "choices"]))] = options
@@ -109,7 +113,12 @@ def questions(draw: st.DrawFn) -> dict[str, Any]:
         q["preset"] = draw(st.sampled_from(["pii", "jailbreak", "custom"]))
     if draw(st.booleans()):
         q["overflow"] = draw(st.sampled_from(["window", "truncate"]))
-    if "instructions" not in q and "preset" in q and kind != "box" and set(q) <= {"type", "preset", "overflow", "threshold"}:
+    if (
+        "instructions" not in q
+        and "preset" in q
+        and kind != "box"
+        and set(q) <= {"type", "preset", "overflow", "threshold"}
+    ):
         q["instructions"] = "Answer it."  # keep preset-only questions to the presets' own types
     return _ordered(draw, q)
 
@@ -129,7 +138,13 @@ def internal_requests(draw: st.DrawFn) -> str:
     if draw(st.booleans()):
         members["model"] = draw(names)
     if draw(st.booleans()):
-        members["options"] = _ordered(draw, {"deadline_ms": _lit(draw, positive_integral) if draw(st.booleans()) else draw(st.integers(1, 10**6)), "return_meta": draw(st.booleans())})
+        members["options"] = _ordered(
+            draw,
+            {
+                "deadline_ms": _lit(draw, positive_integral) if draw(st.booleans()) else draw(st.integers(1, 10**6)),
+                "return_meta": draw(st.booleans()),
+            },
+        )
     return _text_of(_ordered(draw, members))
 
 
@@ -146,7 +161,9 @@ def test_fuzz_internal_form_round_trips_byte_for_byte(body: str) -> None:
 
 
 def test_a_5_0_request_converted_to_the_internal_form_says_it_has_no_roles() -> None:
-    ir, _ = read_body(b'{"state": {"request": "hi"}, "questions": {"q": {"type": "noul"}}}', READINGS["vllm-sr/5.0"], "systemone")
+    ir, _ = read_body(
+        b'{"state": {"request": "hi"}, "questions": {"q": {"type": "noul"}}}', READINGS["vllm-sr/5.0"], "systemone"
+    )
     internal = dumps(internal_doc(ir))
     assert internal == '{"state": {"request": "hi"}, "questions": {"q": {"type": "noul"}}, "roles": null}'
     again, _ = read_body(internal.encode(), INTERNAL, "decisions")

@@ -28,7 +28,9 @@ def test_read_question_is_the_question_init_builds(raw: str) -> None:
     args = (q["type"], q.get("instructions", MISSING), q.get(member, MISSING), member, JsonObject(), tuple(q))
     read = read_question(*args, q)
     assert read == Question(*args) and repr(read) == repr(Question(*args))
-    assert all(getattr(read, f.name) == getattr(Question(*args), f.name) for f in fields(Question) if f.name != "as_read")
+    assert all(
+        getattr(read, f.name) == getattr(Question(*args), f.name) for f in fields(Question) if f.name != "as_read"
+    )
     assert read.as_read is q and read_question(*args, None).as_read is None
     assert replace(read, instructions="Other?").as_read is None  # a changed question drops it
     with pytest.raises(AttributeError):

@@ -114,7 +114,9 @@ def outcome(read: Callable[[str | bytes], object], text: str | bytes) -> object:
 
 @settings(max_examples=300, deadline=None)
 @given(json_values(), st.sampled_from(LAYOUTS), st.booleans())
-def test_fuzz_loads_reads_what_the_standard_library_reads(value: object, layout: dict[str, object], ascii_: bool) -> None:
+def test_fuzz_loads_reads_what_the_standard_library_reads(
+    value: object, layout: dict[str, object], ascii_: bool
+) -> None:
     text = json.dumps(value, ensure_ascii=ascii_, **layout)  # type: ignore[arg-type]
     for form in (text, text.encode("utf-8")):
         assert same(outcome(loads, form), outcome(stdlib_loads, form))
@@ -152,7 +154,9 @@ def test_text_msgspec_cannot_read_exactly_is_left_to_the_standard_library(text: 
     assert same(outcome(loads, text), outcome(stdlib_loads, text))
 
 
-@pytest.mark.parametrize("text", [b'{"a":[1,2.50,{"b":null}],"c":"\\u001f\\n\xc3\xa9"}', b' [ 1e3 , -0.0, true ] ', b'"x"', b"12"])
+@pytest.mark.parametrize(
+    "text", [b'{"a":[1,2.50,{"b":null}],"c":"\\u001f\\n\xc3\xa9"}', b" [ 1e3 , -0.0, true ] ", b'"x"', b"12"]
+)
 def test_text_written_as_dumps_writes_it_is_read_by_msgspec(text: bytes) -> None:
     assert read_plain(text) is not DECLINED
     assert same(loads(text), stdlib_loads(text))
@@ -165,7 +169,9 @@ def test_fuzz_dumpb_content_writes_what_dumps_writes(value: object, layout: dict
     text = json.dumps(value, ensure_ascii=False, **layout)  # type: ignore[arg-type]
     content = stdlib_loads(text)
     assert dumpb_content(content) == dumpb(content)
-    assert dumpb_content({"ours": [1, True, None, "é\u2028\x7f"], "read": content}) == dumpb({"ours": [1, True, None, "é\u2028\x7f"], "read": content})
+    assert dumpb_content({"ours": [1, True, None, "é\u2028\x7f"], "read": content}) == dumpb(
+        {"ours": [1, True, None, "é\u2028\x7f"], "read": content}
+    )
     if read_plain(text) is not DECLINED:
         assert dumps_layout(text.encode("utf-8")) == dumpb(content)
 
@@ -182,7 +188,11 @@ def test_dumpb_content_refuses_what_is_not_json_content() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(json_values() | json_values().map(freeze) | st.lists(st.floats(allow_nan=False) | st.integers() | st.sampled_from([Number("1e3"), Number("-0")])))
+@given(
+    json_values()
+    | json_values().map(freeze)
+    | st.lists(st.floats(allow_nan=False) | st.integers() | st.sampled_from([Number("1e3"), Number("-0")]))
+)
 def test_fuzz_dumpb_writes_what_dumps_writes_floats_and_all(value: object) -> None:
     assert written(dumpb, value) == written(lambda v: dumps(v).encode("utf-8"), value)
 
@@ -194,6 +204,15 @@ def written(write: Callable[[object], bytes], value: object) -> object:
         return type(exc)
 
 
-@pytest.mark.parametrize("value", [{"a": b"bytes"}, {"a": {1, 2}}, {1: "int key"}, {"f": float("nan")}, {"e": __import__("enum").IntEnum("E", "A").A}])
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": b"bytes"},
+        {"a": {1, 2}},
+        {1: "int key"},
+        {"f": float("nan")},
+        {"e": __import__("enum").IntEnum("E", "A").A},
+    ],
+)
 def test_dumpb_leaves_what_is_not_plain_content_to_dumps(value: object) -> None:
     assert written(dumpb, value) == written(lambda v: dumps(v).encode("utf-8"), value)

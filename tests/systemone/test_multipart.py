@@ -90,7 +90,9 @@ names = st.text(_TOKEN + "-_.", min_size=1, max_size=12)
 # An asset part always has one, as the SDK and browsers send files (a part without one is read
 # as text by starlette: see test_where_the_readers_still_differ).
 filenames = names | st.sampled_from(["image.png", "photo 1.jpg", "a.b.c"])
-content_types = st.none() | st.sampled_from(["image/png", "image/jpeg", "application/octet-stream", "video/mp4", "IMAGE/PNG"])
+content_types = st.none() | st.sampled_from(
+    ["image/png", "image/jpeg", "application/octet-stream", "video/mp4", "IMAGE/PNG"]
+)
 # Bytes an image starts with, then anything (CR, LF and dashes included).
 contents = st.builds(
     lambda magic, rest: magic + rest,
@@ -114,20 +116,30 @@ def _disposition(part: Part, header: str) -> str:
 @st.composite
 def bodies(draw: st.DrawFn) -> tuple[bytes, str, list[Part]]:
     """(body, its Content-Type, the parts in it), as a client following RFC 7578 writes it."""
-    parts = draw(st.lists(assets, max_size=3, unique_by=lambda p: p.name).filter(lambda ps: all(p.name != REQUEST_PART for p in ps)))
+    parts = draw(
+        st.lists(assets, max_size=3, unique_by=lambda p: p.name).filter(
+            lambda ps: all(p.name != REQUEST_PART for p in ps)
+        )
+    )
     parts.insert(draw(st.integers(0, len(parts))), draw(requests))
     boundary = draw(boundaries)
     assume(all(f"\r\n--{boundary}".encode() not in b"\r\n" + p.content + b"\r\n" for p in parts))
     disposition = draw(st.sampled_from(["Content-Disposition", "content-disposition", "CONTENT-DISPOSITION"]))
     chunks = []
     for part in parts:
-        headers = [_disposition(part, disposition)] + ([] if part.content_type is None else [f"Content-Type: {part.content_type}"])
+        headers = [_disposition(part, disposition)] + (
+            [] if part.content_type is None else [f"Content-Type: {part.content_type}"]
+        )
         if draw(st.booleans()):
             headers.reverse()
-        chunks.append(f"--{boundary}\r\n".encode() + "\r\n".join(headers).encode() + b"\r\n\r\n" + part.content + b"\r\n")
+        chunks.append(
+            f"--{boundary}\r\n".encode() + "\r\n".join(headers).encode() + b"\r\n\r\n" + part.content + b"\r\n"
+        )
     body = b"".join(chunks) + f"--{boundary}--\r\n".encode() + draw(st.sampled_from([b"", b"\r\n", b"an epilogue\r\n"]))
     quoted = draw(st.booleans()) or any(c in boundary for c in "'()+,/:=? ")
-    content_type = f'multipart/form-data; boundary="{boundary}"' if quoted else f"multipart/form-data; boundary={boundary}"
+    content_type = (
+        f'multipart/form-data; boundary="{boundary}"' if quoted else f"multipart/form-data; boundary={boundary}"
+    )
     return body, content_type, parts
 
 
@@ -214,8 +226,14 @@ def test_where_the_readers_still_differ(body: bytes, what_both_should_give: Any)
 def test_the_sdks_own_body_reads_alike() -> None:
     request = json.dumps({"state": "⟦img-0⟧ look", "questions": {}}).encode()
     png = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
-    content_type, data = encode_multipart([SdkPart(REQUEST_PART, "application/json", request), SdkPart("asset-0", "image/png", png, "asset-0")])
-    assert _read_by_sidecar(data, content_type) == _read_by_runtime(data, content_type) == ("read", request, {"asset-0": png})
+    content_type, data = encode_multipart(
+        [SdkPart(REQUEST_PART, "application/json", request), SdkPart("asset-0", "image/png", png, "asset-0")]
+    )
+    assert (
+        _read_by_sidecar(data, content_type)
+        == _read_by_runtime(data, content_type)
+        == ("read", request, {"asset-0": png})
+    )
 
 
 def test_a_binary_part_without_a_filename_reads_as_the_bytes_sent() -> None:

@@ -12,7 +12,25 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "systemone"
 MODULES = sorted(m for m in PACKAGE.rglob("*.py") if m != PACKAGE / "log.py")
-FORBIDDEN_IMPORTS = {"asyncio", "grpc", "http", "httpx", "io", "os", "pathlib", "requests", "shutil", "socket", "ssl", "subprocess", "sys", "tempfile", "threading", "time", "urllib"}
+FORBIDDEN_IMPORTS = {
+    "asyncio",
+    "grpc",
+    "http",
+    "httpx",
+    "io",
+    "os",
+    "pathlib",
+    "requests",
+    "shutil",
+    "socket",
+    "ssl",
+    "subprocess",
+    "sys",
+    "tempfile",
+    "threading",
+    "time",
+    "urllib",
+}
 FORBIDDEN_CALLS = {"open", "print", "input", "exec", "eval"}
 
 
@@ -31,4 +49,12 @@ def test_module_does_no_io(module: Path) -> None:
 
 
 def test_every_module_is_checked() -> None:
-    assert {m.name for m in MODULES} >= {"reading.py", "writing.py", "listener.py", "client.py", "jsontext.py", "drift.py", "generator.py"}
+    assert {m.name for m in MODULES} >= {
+        "reading.py",
+        "writing.py",
+        "listener.py",
+        "client.py",
+        "jsontext.py",
+        "drift.py",
+        "generator.py",
+    }

@@ -66,7 +66,9 @@ def criteria(kind: str, n: int) -> Any:
 
 
 @pytest.mark.parametrize(("kind", "member", "low", "high"), LIMIT_CASES)
-def test_option_label_and_level_limits_are_accepted_at_the_bounds_and_refused_past_them(kind: str, member: str, low: int, high: int) -> None:
+def test_option_label_and_level_limits_are_accepted_at_the_bounds_and_refused_past_them(
+    kind: str, member: str, low: int, high: int
+) -> None:
     for n in (low, high):
         V50.read("/v1/systemone", body(request(q={"type": kind, member: criteria(kind, n)})))
     for n, limit in ((low - 1, low), (high + 1, high)):
@@ -89,10 +91,21 @@ def test_a_body_over_32_mib_gets_413() -> None:
 
 
 def test_422_lists_one_located_entry_per_failed_question() -> None:
-    status, error = refusal(V50, request(a={"type": "choice", "criteria": {"x": None}}, b={"type": "score", "criteria": {"0": "low"}}, c={"type": "boolean"}))
+    status, error = refusal(
+        V50,
+        request(
+            a={"type": "choice", "criteria": {"x": None}},
+            b={"type": "score", "criteria": {"0": "low"}},
+            c={"type": "boolean"},
+        ),
+    )
     assert status == 422
     locs = [tuple(item["loc"]) for item in error["detail"]]
-    assert locs == [("body", "questions", "a", "choice", "criteria"), ("body", "questions", "b", "score", "criteria"), ("body", "questions", "c", "type")]
+    assert locs == [
+        ("body", "questions", "a", "choice", "criteria"),
+        ("body", "questions", "b", "score", "criteria"),
+        ("body", "questions", "c", "type"),
+    ]
     assert "question" not in error  # several questions failed
 
 
@@ -126,7 +139,9 @@ def test_a_deadline_longer_than_any_wait_is_accepted_and_capped() -> None:
 def test_json_nested_past_the_readers_depth_gets_422_json_invalid() -> None:
     """The reader recurses per level: nesting past Python's limit was a RecursionError (a 500)."""
     deep = b"[" * 5000 + b"]" * 5000
-    status, error = refusal(V50, b'{"state": "x", "questions": {"q": {"type": "noul", "instructions": "a"}}, "x": ' + deep + b"}")
+    status, error = refusal(
+        V50, b'{"state": "x", "questions": {"q": {"type": "noul", "instructions": "a"}}, "x": ' + deep + b"}"
+    )
     assert status == 422 and error["detail"][0]["type"] == "json_invalid"
     assert "too deeply" in error["detail"][0]["msg"]
 
@@ -146,14 +161,20 @@ def test_each_4_0_form_is_accepted_and_counted_on_a_4_0_listener(form: str, text
 OVERLAPS = ("implicit_roles", "media_array")  # valid 5.0 requests that 4.0 reads its own way
 
 
-@pytest.mark.parametrize(("form", "text"), [(f, t) for f, t in LEGACY if f not in OVERLAPS], ids=[f for f, _ in LEGACY if f not in OVERLAPS])
+@pytest.mark.parametrize(
+    ("form", "text"), [(f, t) for f, t in LEGACY if f not in OVERLAPS], ids=[f for f, _ in LEGACY if f not in OVERLAPS]
+)
 def test_each_4_0_only_form_is_refused_on_a_5_0_listener(form: str, text: bytes) -> None:
     status, error = refusal(V50, text)
     assert status in (400, 422), (form, error)
 
 
 def test_the_two_overlaps_keep_their_4_0_reading_on_a_4_0_listener() -> None:
-    doc = {"state": ["<img>", {"request": "what is this?"}], "assets": {"<img>": {"type": "image", "format": "png", "data_base64": "AA=="}}, "questions": {"q": {"type": "noul"}}}
+    doc = {
+        "state": ["<img>", {"request": "what is this?"}],
+        "assets": {"<img>": {"type": "image", "format": "png", "data_base64": "AA=="}},
+        "questions": {"q": {"type": "noul"}},
+    }
     on40, on50 = V40.read("/v1/systemone", body(doc)), V50.read("/v1/systemone", body(doc))
     assert on40.ir.state == ("<img>", {"request": "what is this?"}) and on40.ir.media == ()
     assert on50.ir.state == {"request": "what is this?"} and on50.ir.media == ("<img>",)
@@ -164,10 +185,17 @@ def test_the_two_overlaps_keep_their_4_0_reading_on_a_4_0_listener() -> None:
 
 
 def test_the_5_0_media_rule_needs_exactly_one_other_element_after_the_media() -> None:
-    assets = {"<i>": {"format": "png", "data_base64": "AA=="}, "<v>": {"type": "video", "format": "mp4", "data_base64": "AA=="}}
-    two = V50.read("/v1/systemone", body({"state": ["<i>", "a", "b"], "assets": assets, "questions": {"q": {"type": "noul"}}}))
+    assets = {
+        "<i>": {"format": "png", "data_base64": "AA=="},
+        "<v>": {"type": "video", "format": "mp4", "data_base64": "AA=="},
+    }
+    two = V50.read(
+        "/v1/systemone", body({"state": ["<i>", "a", "b"], "assets": assets, "questions": {"q": {"type": "noul"}}})
+    )
     assert two.ir.media == () and two.ir.state == ("<i>", "a", "b")
-    wrong_order = V50.read("/v1/systemone", body({"state": ["<v>", "<i>", "a"], "assets": assets, "questions": {"q": {"type": "noul"}}}))
+    wrong_order = V50.read(
+        "/v1/systemone", body({"state": ["<v>", "<i>", "a"], "assets": assets, "questions": {"q": {"type": "noul"}}})
+    )
     assert wrong_order.ir.media == ()
 
 
@@ -185,7 +213,9 @@ def test_a_preset_alone_is_a_4_0_form() -> None:
 
 
 def test_roles_must_name_keys_of_an_object_state() -> None:
-    status, error = refusal(V50, {"state": {"request": "hi"}, "roles": {"history": "context"}, "questions": {"q": {"type": "noul"}}})
+    status, error = refusal(
+        V50, {"state": {"request": "hi"}, "roles": {"history": "context"}, "questions": {"q": {"type": "noul"}}}
+    )
     assert status == 422 and error["detail"][0]["loc"] == ["body", "roles", "history"]
 
 
@@ -201,7 +231,14 @@ def test_extension_field_values_are_checked_against_the_generated_table() -> Non
 
 
 def test_the_batch_endpoint_reads_named_whole_requests() -> None:
-    doc = {"model": "d3", "requests": {"doc_1": request(r={"type": "noul"}), "doc_2": {"state": "y", "questions": {"r": {"type": "noul"}}}}, "options": {"deadline_ms": 3000}}
+    doc = {
+        "model": "d3",
+        "requests": {
+            "doc_1": request(r={"type": "noul"}),
+            "doc_2": {"state": "y", "questions": {"r": {"type": "noul"}}},
+        },
+        "options": {"deadline_ms": 3000},
+    }
     req = V50.read("/v1/systemone/batch", body(doc))
     assert list(req.ir.items) == ["doc_1", "doc_2"] and req.ir.deadline_ms == 3000 and req.plan.kind == "convert"
     status, error = refusal(V50, {"requests": doc["requests"]}, "/v1/systemone")
@@ -209,7 +246,9 @@ def test_the_batch_endpoint_reads_named_whole_requests() -> None:
 
 
 def test_decisions_keeps_a_failed_question_and_refuses_only_a_request_with_none_valid() -> None:
-    req = V50.read("/v1/decisions", body(request(good={"type": "noul"}, bad={"type": "choice", "criteria": {"a": None}})))
+    req = V50.read(
+        "/v1/decisions", body(request(good={"type": "noul"}, bad={"type": "choice", "criteria": {"a": None}}))
+    )
     assert req.plan.kind == "passthrough"
     assert req.ir.questions["good"].problem is None and req.ir.questions["bad"].problem.code == "invalid_question"
     status, error = refusal(V50, request(bad={"type": "choice", "criteria": {"a": None}}), "/v1/decisions")

@@ -26,7 +26,9 @@ def test_registry_cannot_be_changed() -> None:
 
 
 def test_unknown_ids_list_the_supported_ones() -> None:
-    with pytest.raises(UnknownSchemaError, match=r"unknown upstream schema 'vllm-sr/4\.0' \(supported: systemone/0\.2, vllm-sr/5\.0\)"):
+    with pytest.raises(
+        UnknownSchemaError, match=r"unknown upstream schema 'vllm-sr/4\.0' \(supported: systemone/0\.2, vllm-sr/5\.0\)"
+    ):
         REGISTRY.client("vllm-sr/4.0")
     with pytest.raises(UnknownSchemaError, match="supported: state_text"):
         REGISTRY.deviation("gzip")

@@ -33,21 +33,31 @@ def example(type_expr: str, bounds: dict[str, Any]) -> Any:
     if t.kind == "array":
         return ["request"]
     if t.kind in ("map", "object"):
-        return {"request": example(str(t.item), {})} if t.kind == "map" and t.item is not None and t.item.kind == "enum" else {}
+        return (
+            {"request": example(str(t.item), {})}
+            if t.kind == "map" and t.item is not None and t.item.kind == "enum"
+            else {}
+        )
     return "x"
 
 
 def criteria_for(kind: str) -> Any:
     if kind == "noul":
         return None  # optional
-    spec = STANDARD_QUESTIONS.get(kind, {}).get("criteria") or (EXTENSION_QUESTION_TYPES.get(kind) or {}).get("criteria")
+    spec = STANDARD_QUESTIONS.get(kind, {}).get("criteria") or (EXTENSION_QUESTION_TYPES.get(kind) or {}).get(
+        "criteria"
+    )
     if spec is None:
         return None
     return ["low", "high"] if spec[0].startswith("array") else {"a": None, "b": None}
 
 
 def request_with(level: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    doc: dict[str, Any] = {"model": "d3", "state": {"request": "hi"}, "questions": {"q": {"type": "noul", "instructions": "?"}}}
+    doc: dict[str, Any] = {
+        "model": "d3",
+        "state": {"request": "hi"},
+        "questions": {"q": {"type": "noul", "instructions": "?"}},
+    }
     value = example(spec["type"], spec["bounds"])
     if level == "request":
         doc[name] = value
@@ -66,7 +76,9 @@ REQUEST_FIELDS = [(k, v) for k, v in EXTENSION_FIELDS.items() if k.split(".")[0]
 
 
 @pytest.mark.parametrize(("key", "spec"), REQUEST_FIELDS, ids=[k for k, _ in REQUEST_FIELDS])
-def test_each_request_extension_field_is_read_by_5_0_and_4_0_and_refused_by_the_bare_standard(key: str, spec: dict[str, Any]) -> None:
+def test_each_request_extension_field_is_read_by_5_0_and_4_0_and_refused_by_the_bare_standard(
+    key: str, spec: dict[str, Any]
+) -> None:
     level, name = key.split(".")
     body = json.dumps(request_with(level, name, spec)).encode()
     for codec in (V50, V40):
@@ -77,11 +89,15 @@ def test_each_request_extension_field_is_read_by_5_0_and_4_0_and_refused_by_the_
     if (spec["question_types"] or ("noul",))[0] not in STANDARD_QUESTIONS:
         assert caught.value.info.status == 422  # the question type itself is not the standard's
     else:
-        assert caught.value.info.status == 400 and (name if level != "options" else "options") in caught.value.info.message
+        assert (
+            caught.value.info.status == 400 and (name if level != "options" else "options") in caught.value.info.message
+        )
 
 
 @pytest.mark.parametrize(("key", "spec"), REQUEST_FIELDS, ids=[k for k, _ in REQUEST_FIELDS])
-def test_each_request_extension_field_is_stripped_expanded_or_refused_for_a_0_2_target(key: str, spec: dict[str, Any]) -> None:
+def test_each_request_extension_field_is_stripped_expanded_or_refused_for_a_0_2_target(
+    key: str, spec: dict[str, Any]
+) -> None:
     level, name = key.split(".")
     req = V50.read("/v1/systemone", json.dumps(request_with(level, name, spec)).encode())
     kind = next(iter(req.ir.questions.values())).type

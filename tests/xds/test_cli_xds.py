@@ -11,7 +11,18 @@ from tests.xds.xds_support import config_text
 
 
 def test_a_missing_config_exits_2(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
-    result = cli("xds", "serve", "--config", str(tmp_path / "nope.yaml"), "--host", "127.0.0.1", "--port", "0", "--status-port", "0")
+    result = cli(
+        "xds",
+        "serve",
+        "--config",
+        str(tmp_path / "nope.yaml"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--status-port",
+        "0",
+    )
     assert result.returncode == 2
     assert "nope.yaml: error: cannot read: no such file" in result.stderr
     assert "Traceback" not in result.stderr
@@ -26,7 +37,9 @@ def test_a_taken_port_exits_2(tmp_path: Path, cli, taken: str) -> None:  # type:
         held.listen()
         port = held.getsockname()[1]
         ports = {"--port": "0", "--status-port": "0"} | {taken: str(port)}
-        result = cli("xds", "serve", "--config", str(config), "--host", "127.0.0.1", *[x for kv in ports.items() for x in kv])
+        result = cli(
+            "xds", "serve", "--config", str(config), "--host", "127.0.0.1", *[x for kv in ports.items() for x in kv]
+        )
     assert result.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "Traceback" not in result.stderr

@@ -15,7 +15,14 @@ SCHEMA_50 = "{systemone: {schema: vllm-sr/5.0}}"
 SCHEMA_40 = "{systemone: {schema: vllm-sr/4.0}}"
 
 
-def req(type_url: str, subscribe: tuple[str, ...] = (), nonce: str = "", error: str = "", initial: dict[str, str] | None = None, unsubscribe: tuple[str, ...] = ()) -> discovery_pb2.DeltaDiscoveryRequest:
+def req(
+    type_url: str,
+    subscribe: tuple[str, ...] = (),
+    nonce: str = "",
+    error: str = "",
+    initial: dict[str, str] | None = None,
+    unsubscribe: tuple[str, ...] = (),
+) -> discovery_pb2.DeltaDiscoveryRequest:
     r = discovery_pb2.DeltaDiscoveryRequest(
         node=NODE,
         type_url=type_url,
@@ -82,7 +89,9 @@ def test_a_removed_listener_is_named_as_removed(stream: DeltaStream, cache: Snap
     assert names(update) == []
 
 
-def test_after_a_nack_the_next_version_resends_all_the_node_lacks(stream: DeltaStream, cache: SnapshotCache, events: list[tuple[str, ...]]) -> None:
+def test_after_a_nack_the_next_version_resends_all_the_node_lacks(
+    stream: DeltaStream, cache: SnapshotCache, events: list[tuple[str, ...]]
+) -> None:
     (first,) = stream.on_request(req(LISTENER))
     stream.on_request(req(LISTENER, nonce=first.nonce))
     cache.set_snapshot(ALL_NODES, snapshot({"a": 8801, "b": 8802, "c": 8803}, 2))
@@ -96,7 +105,9 @@ def test_after_a_nack_the_next_version_resends_all_the_node_lacks(stream: DeltaS
     assert names(update) == ["listener/c", "listener/d"]
 
 
-def test_a_node_reconnecting_with_every_version_is_sent_nothing(stream: DeltaStream, cache: SnapshotCache, events: list[tuple[str, ...]]) -> None:
+def test_a_node_reconnecting_with_every_version_is_sent_nothing(
+    stream: DeltaStream, cache: SnapshotCache, events: list[tuple[str, ...]]
+) -> None:
     held = {r.name: r.version for r in cache.snapshot(NODE).resources[LISTENER]}  # type: ignore[union-attr]
     assert stream.on_request(req(LISTENER, initial=held)) == []
     assert ("resumed", LISTENER) in events

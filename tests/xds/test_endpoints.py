@@ -28,12 +28,14 @@ SERVICE = "pods: {provider: systemone, service: {name: rt, namespace: ml, port: 
 
 def config(*deployments: str) -> Resources:
     rows = "\n".join(f"  {d}" for d in deployments)
-    return compile(load_text(f"""version: 2
+    return compile(
+        load_text(f"""version: 2
 deployments:
 {rows}
 listeners:
   - {{name: a, address: 127.0.0.1, port: 8801, apis: {{systemone: {{models: [d3]}}}}}}
-"""))
+""")
+    )
 
 
 def endpoints(*ips: str) -> Resources:
@@ -41,7 +43,11 @@ def endpoints(*ips: str) -> Resources:
 
 
 def hosts(response: Any) -> list[str]:
-    resources = [r.resource for r in response.resources] if isinstance(response, discovery_pb2.DeltaDiscoveryResponse) else list(response.resources)
+    resources = (
+        [r.resource for r in response.resources]
+        if isinstance(response, discovery_pb2.DeltaDiscoveryResponse)
+        else list(response.resources)
+    )
     out = []
     for packed in resources:
         cla = ClusterLoadAssignment()
@@ -68,7 +74,10 @@ def test_a_new_eds_clusters_endpoints_go_out_while_the_cluster_step_awaits_its_a
     (assignment,) = stream.on_request(sotw_request(ENDPOINT, names=("deployment/pods",)))
     assert assignment.type_url == ENDPOINT
     assert hosts(assignment) == ["10.0.0.1", "10.0.0.2"]
-    assert stream.on_request(sotw_request(ENDPOINT, assignment.version_info, assignment.nonce, names=("deployment/pods",))) == []
+    assert (
+        stream.on_request(sotw_request(ENDPOINT, assignment.version_info, assignment.nonce, names=("deployment/pods",)))
+        == []
+    )
     # The cluster ACK then lets the ordered steps go on.
     (next_step,) = stream.on_request(sotw_request(CLUSTER, clusters.version_info, clusters.nonce))
     assert next_step.type_url in (LISTENER, ROUTE)
@@ -83,7 +92,11 @@ def test_pod_churn_sends_endpoints_only_under_the_same_config_version() -> None:
     delta = DeltaStream(StreamInfo(2, "delta", "envoy"), cache, Hooks(), lambda: None)
 
     def delta_request(t: str, nonce: str = "", subscribe: tuple[str, ...] = ()) -> list[Any]:
-        return delta.on_request(discovery_pb2.DeltaDiscoveryRequest(node=NODE, type_url=t, response_nonce=nonce, resource_names_subscribe=list(subscribe)))
+        return delta.on_request(
+            discovery_pb2.DeltaDiscoveryRequest(
+                node=NODE, type_url=t, response_nonce=nonce, resource_names_subscribe=list(subscribe)
+            )
+        )
 
     for t, names in ((CLUSTER, ()), (ENDPOINT, ("deployment/pods",)), (LISTENER, ()), (ROUTE, ("route/a",))):
         for response in sotw.on_request(sotw_request(t, names=names)):
@@ -107,10 +120,16 @@ def test_a_removed_deployment_keeps_its_endpoints_until_its_cluster_goes() -> No
     cache.set_snapshot(ALL_NODES, Snapshot.of(config(STATIC, SERVICE), 1, endpoints("10.0.0.1")))
     stream = DeltaStream(StreamInfo(1, "delta", "envoy"), cache, Hooks(), lambda: None)
 
-    def request(t: str, nonce: str = "", subscribe: tuple[str, ...] = (), unsubscribe: tuple[str, ...] = ()) -> list[Any]:
+    def request(
+        t: str, nonce: str = "", subscribe: tuple[str, ...] = (), unsubscribe: tuple[str, ...] = ()
+    ) -> list[Any]:
         return stream.on_request(
             discovery_pb2.DeltaDiscoveryRequest(
-                node=NODE, type_url=t, response_nonce=nonce, resource_names_subscribe=list(subscribe), resource_names_unsubscribe=list(unsubscribe)
+                node=NODE,
+                type_url=t,
+                response_nonce=nonce,
+                resource_names_subscribe=list(subscribe),
+                resource_names_unsubscribe=list(unsubscribe),
             )
         )
 

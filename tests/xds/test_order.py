@@ -68,7 +68,15 @@ class Envoy:
             assert self.ack(response) == []
 
     def ack(self, response: discovery_pb2.DiscoveryResponse, error: str = "") -> list[Any]:
-        return self.stream.on_request(sotw_request(response.type_url, response.version_info, response.nonce, names=("route/a",) if response.type_url == ROUTE else (), error=error))
+        return self.stream.on_request(
+            sotw_request(
+                response.type_url,
+                response.version_info,
+                response.nonce,
+                names=("route/a",) if response.type_url == ROUTE else (),
+                error=error,
+            )
+        )
 
     def run(self) -> list[tuple[str, list[str]]]:
         """ACK everything until nothing more comes; what came, in order."""
@@ -114,7 +122,11 @@ def test_delta_adds_before_and_removes_after(cache: SnapshotCache) -> None:
     stream = DeltaStream(StreamInfo(1, "delta", "envoy"), cache, Hooks(), lambda: None, removal_grace=0)
 
     def request(t: str, nonce: str = "", subscribe: tuple[str, ...] = ()) -> list[Any]:
-        return stream.on_request(discovery_pb2.DeltaDiscoveryRequest(node=NODE, type_url=t, response_nonce=nonce, resource_names_subscribe=list(subscribe)))
+        return stream.on_request(
+            discovery_pb2.DeltaDiscoveryRequest(
+                node=NODE, type_url=t, response_nonce=nonce, resource_names_subscribe=list(subscribe)
+            )
+        )
 
     for t, subscribe in ((CLUSTER, ()), (LISTENER, ()), (ROUTE, ("route/a",))):
         (response,) = request(t, subscribe=subscribe)
@@ -143,12 +155,16 @@ class Sidecar:
 
     def __init__(self, cache: SnapshotCache, woken: list[str]) -> None:
         self.stream = DeltaStream(StreamInfo(2, "delta", "sidecar"), cache, Hooks(), lambda: woken.append("sidecar"))
-        first = discovery_pb2.DeltaDiscoveryRequest(node=SIDECAR_NODE, type_url=SIDECAR, resource_names_subscribe=["sidecar/a"])
+        first = discovery_pb2.DeltaDiscoveryRequest(
+            node=SIDECAR_NODE, type_url=SIDECAR, resource_names_subscribe=["sidecar/a"]
+        )
         (response,) = self.stream.on_request(first)
         self.ack(response)
 
     def ack(self, response: discovery_pb2.DeltaDiscoveryResponse) -> list[Any]:
-        return self.stream.on_request(discovery_pb2.DeltaDiscoveryRequest(type_url=SIDECAR, response_nonce=response.nonce))
+        return self.stream.on_request(
+            discovery_pb2.DeltaDiscoveryRequest(type_url=SIDECAR, response_nonce=response.nonce)
+        )
 
 
 def test_routes_wait_for_the_sidecar_to_hold_the_data_of_their_version(cache: SnapshotCache) -> None:
@@ -188,7 +204,9 @@ def test_sidecar_data_is_removed_only_once_envoy_holds_routes_that_no_longer_nam
     cache.set_snapshot(ALL_NODES, two)
     woken: list[str] = []
     sidecar = DeltaStream(StreamInfo(2, "delta", "sidecar"), cache, Hooks(), lambda: woken.append("sidecar"))
-    (data,) = sidecar.on_request(discovery_pb2.DeltaDiscoveryRequest(node=SIDECAR_NODE, type_url=SIDECAR, resource_names_subscribe=["*"]))
+    (data,) = sidecar.on_request(
+        discovery_pb2.DeltaDiscoveryRequest(node=SIDECAR_NODE, type_url=SIDECAR, resource_names_subscribe=["*"])
+    )
     assert [r.name for r in data.resources] == ["sidecar/a", "sidecar/b"]
     sidecar.on_request(discovery_pb2.DeltaDiscoveryRequest(type_url=SIDECAR, response_nonce=data.nonce))
     envoy = Envoy(cache)
@@ -226,7 +244,14 @@ def test_a_reconnecting_envoy_gets_new_routes_only_once_a_reconnecting_sidecar_h
         while pending:
             (response,) = pending
             sent.append(response.type_url)
-            pending = stream.on_request(sotw_request(response.type_url, response.version_info, response.nonce, names=("route/a",) if response.type_url == ROUTE else ()))
+            pending = stream.on_request(
+                sotw_request(
+                    response.type_url,
+                    response.version_info,
+                    response.nonce,
+                    names=("route/a",) if response.type_url == ROUTE else (),
+                )
+            )
     assert sent == []  # nothing moves before a sidecar holds the new data: Envoy keeps what it has
     woken.clear()
     Sidecar(cache, [])
@@ -235,7 +260,14 @@ def test_a_reconnecting_envoy_gets_new_routes_only_once_a_reconnecting_sidecar_h
     while pending:
         (response,) = pending
         sent.append(response.type_url)
-        pending = stream.on_request(sotw_request(response.type_url, response.version_info, response.nonce, names=("route/a",) if response.type_url == ROUTE else ()))
+        pending = stream.on_request(
+            sotw_request(
+                response.type_url,
+                response.version_info,
+                response.nonce,
+                names=("route/a",) if response.type_url == ROUTE else (),
+            )
+        )
     assert sent == [CLUSTER, ROUTE]  # then in make-before-break order
 
 

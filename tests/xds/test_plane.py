@@ -81,7 +81,9 @@ def test_metrics_count_reloads_and_pushes(plane: tuple[ControlPlane, Path]) -> N
         client.send(sotw_request(LISTENER))
         first = client.receive()
         client.send(sotw_request(LISTENER, first.version_info, first.nonce))
-        wait_for(lambda: 'vsr_xds_pushes_total{result="ack",type="listeners"} 1.0' in get(cp.status_port, "/metrics")[1])
+        wait_for(
+            lambda: 'vsr_xds_pushes_total{result="ack",type="listeners"} 1.0' in get(cp.status_port, "/metrics")[1]
+        )
         text = get(cp.status_port, "/metrics")[1]
         assert f'vsr_config_version{{version="{cp.reloader.snapshot.version}"}} 1.0' in text  # type: ignore[union-attr]
         assert 'vsr_config_reload_total{result="ok"} 1.0' in text

@@ -56,7 +56,9 @@ def test_delta_stream_serves_sidecar_data_by_name(plane: tuple[SnapshotCache, Le
     cache, ledger, port = plane
     client = AdsClient(port, delta=True)
     try:
-        client.send(discovery_pb2.DeltaDiscoveryRequest(node=NODE, type_url=SIDECAR, resource_names_subscribe=["sidecar/a"]))
+        client.send(
+            discovery_pb2.DeltaDiscoveryRequest(node=NODE, type_url=SIDECAR, resource_names_subscribe=["sidecar/a"])
+        )
         response = client.receive()
         assert [r.name for r in response.resources] == ["sidecar/a"]
         assert response.resources[0].version == cache.snapshot(NODE).resources.named(SIDECAR)["sidecar/a"].version  # type: ignore[union-attr]

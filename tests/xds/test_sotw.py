@@ -50,7 +50,9 @@ def pushes() -> list[str]:
 @pytest.fixture
 def stream(cache: SnapshotCache, recorder: Recorder, pushes: list[str]) -> SotwStream:
     # No sidecar here: a node that reconnects is moved at once (test_order.py holds the wait for one).
-    return SotwStream(StreamInfo(1, "sotw", "test"), cache, recorder.hooks(), lambda: pushes.append("wake"), resync_wait=0)
+    return SotwStream(
+        StreamInfo(1, "sotw", "test"), cache, recorder.hooks(), lambda: pushes.append("wake"), resync_wait=0
+    )
 
 
 def test_the_first_request_gets_every_resource_of_its_type(stream: SotwStream, cache: SnapshotCache) -> None:
@@ -60,7 +62,9 @@ def test_the_first_request_gets_every_resource_of_its_type(stream: SotwStream, c
     assert response.nonce
 
 
-def test_a_change_is_pushed_after_the_ack(stream: SotwStream, cache: SnapshotCache, recorder: Recorder, pushes: list[str]) -> None:
+def test_a_change_is_pushed_after_the_ack(
+    stream: SotwStream, cache: SnapshotCache, recorder: Recorder, pushes: list[str]
+) -> None:
     (first,) = stream.on_request(req(LISTENER))
     assert stream.on_request(req(LISTENER, first.version_info, first.nonce)) == []
     assert ("ack", LISTENER, first.version_info) in recorder.events
@@ -101,7 +105,9 @@ def test_a_request_answering_an_older_response_is_ignored(stream: SotwStream, ca
     assert stream.on_request(req(LISTENER, first.version_info, first.nonce)) == []
 
 
-def test_a_node_reconnecting_with_the_served_version_is_sent_nothing(stream: SotwStream, cache: SnapshotCache, recorder: Recorder) -> None:
+def test_a_node_reconnecting_with_the_served_version_is_sent_nothing(
+    stream: SotwStream, cache: SnapshotCache, recorder: Recorder
+) -> None:
     held = cache.snapshot(stream.info.node).type_version(CLUSTER)  # type: ignore[union-attr]
     assert stream.on_request(req(CLUSTER, version=held)) == []
     assert recorder.events == [("resumed", CLUSTER, held)]
@@ -119,14 +125,18 @@ def test_routes_are_sent_for_the_names_asked_and_again_when_the_names_change(str
     assert route_names(second) == ["route/b"]  # the node holds route/a already
 
 
-def test_a_route_change_sends_that_route_table_alone_and_listeners_whole(stream: SotwStream, cache: SnapshotCache) -> None:
+def test_a_route_change_sends_that_route_table_alone_and_listeners_whole(
+    stream: SotwStream, cache: SnapshotCache
+) -> None:
     names = ("route/a", "route/b")
     answers = {}
     for t in (LISTENER, ROUTE):
         (first,) = stream.on_request(req(t, names=names if t == ROUTE else ()))
         answers[t] = first
         stream.on_request(req(t, first.version_info, first.nonce, names=names if t == ROUTE else ()))
-    text = config_text({"a": 8801, "b": 8802}).replace("port: 8802, apis: {chat_completions: {}}", "port: 8803, apis: {chat_completions: {}, responses: {}}")
+    text = config_text({"a": 8801, "b": 8802}).replace(
+        "port: 8802, apis: {chat_completions: {}}", "port: 8803, apis: {chat_completions: {}, responses: {}}"
+    )
     cache.set_snapshot(ALL_NODES, Snapshot.of(compile(load_text(text)), 2))
     (listeners,) = stream.on_push()
     assert listeners.type_url == LISTENER and len(listeners.resources) == 2  # listeners: the whole state, always

@@ -28,8 +28,23 @@ def test_a_stream_over_the_cap_is_refused_with_a_log_line_and_a_later_one_served
     xds, status_port = free_port(), free_port()
     log = tmp_path / "xds.log"
     plane = subprocess.Popen(
-        [VLLM_SR, "xds", "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(xds), "--status-port", str(status_port), "--max-streams", "1"],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        [
+            VLLM_SR,
+            "xds",
+            "serve",
+            "--config",
+            str(config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(xds),
+            "--status-port",
+            str(status_port),
+            "--max-streams",
+            "1",
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
     )
     first = second = third = None
     try:
@@ -44,7 +59,10 @@ def test_a_stream_over_the_cap_is_refused_with_a_log_line_and_a_later_one_served
         wait_for(lambda: second._call.done(), what="the second stream to be refused")  # type: ignore[union-attr]
         assert second._call.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[union-attr]
         assert "--max-streams" in second._call.details()  # type: ignore[union-attr]
-        line = wait_for(lambda: next((l for l in log.read_text().splitlines() if "ads stream refused" in l), None), what="the log line")
+        line = wait_for(
+            lambda: next((l for l in log.read_text().splitlines() if "ads stream refused" in l), None),
+            what="the log line",
+        )
         assert "max_streams=1" in line
 
         first.close()

@@ -90,7 +90,9 @@ def test_a_stopped_watch_fails_liveness_but_not_readiness(
     assert "config watch stopped" in "".join(capsys.readouterr())
 
 
-def test_the_file_watch_carries_on_after_an_error_in_its_callback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_file_watch_carries_on_after_an_error_in_its_callback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "config.yaml"
     path.write_text("a")
     calls: list[int] = []

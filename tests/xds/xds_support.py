@@ -21,7 +21,9 @@ T = TypeVar("T")
 
 
 def config_text(listeners: dict[str, int], apis: str = "{chat_completions: {}}") -> str:
-    rows = "\n".join(f"  - {{name: {name}, address: 127.0.0.1, port: {port}, apis: {apis}}}" for name, port in listeners.items())
+    rows = "\n".join(
+        f"  - {{name: {name}, address: 127.0.0.1, port: {port}, apis: {apis}}}" for name, port in listeners.items()
+    )
     return f"""version: 2
 providers:
   models:
@@ -103,8 +105,12 @@ class AdsClient:
         self.channel.close()
 
 
-def sotw_request(type_url: str, version: str = "", nonce: str = "", names: tuple[str, ...] = (), error: str = "") -> discovery_pb2.DiscoveryRequest:
-    req = discovery_pb2.DiscoveryRequest(type_url=type_url, version_info=version, response_nonce=nonce, resource_names=list(names), node=NODE)
+def sotw_request(
+    type_url: str, version: str = "", nonce: str = "", names: tuple[str, ...] = (), error: str = ""
+) -> discovery_pb2.DiscoveryRequest:
+    req = discovery_pb2.DiscoveryRequest(
+        type_url=type_url, version_info=version, response_nonce=nonce, resource_names=list(names), node=NODE
+    )
     if error:
         req.error_detail.message = error
     return req
