@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install serve test lint schemas clean
+.PHONY: install serve test lint fix schemas clean
 
 install: $(STAMP)
 
@@ -22,9 +22,17 @@ serve: install
 
 test: install
 	$(BIN)/vllm-sr schemas check
-	# Type-checks systemone, sr_control and sr_runtime as [tool.mypy] in pyproject.toml says; cache in .mypy_cache.
+	# Formatting and lint as [tool.ruff] in pyproject.toml says (ruff pinned in the test extra).
+	$(BIN)/ruff format --check --quiet .
+	$(BIN)/ruff check --quiet .
+	# Type-checks systemone, sr_base, sr_control and sr_runtime as [tool.mypy] in pyproject.toml says; cache in .mypy_cache.
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+
+# Rewrites what ruff can rewrite (format, import order, safe fixes); make test only checks.
+fix: install
+	$(BIN)/ruff format --quiet .
+	$(BIN)/ruff check --quiet --fix .
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache

@@ -388,7 +388,7 @@ listeners:
 
 
 def main() -> None:
-    from systemone import log
+    from sr_base import log
 
     log.configure("warning")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -194,7 +194,7 @@ def media_rows(tmp: Path, args: argparse.Namespace, options: dict) -> None:  # t
     assets = {"⟦img-1⟧": Media("image", photo(), "jpeg"), "⟦vid-1⟧": Media("video", clip(), "mp4")}
     kinds = {"image": ("⟦img-1⟧",), "video": ("⟦img-1⟧", "⟦vid-1⟧")}  # "video": a 10 s video with an image
     print(
-        f"# media on hybrid-vision: a 640x480 JPEG; a 10 s 320x240 MP4 at 15 fps (sampled to 8 frames) with that image; then 256 text tokens"
+        "# media on hybrid-vision: a 640x480 JPEG; a 10 s 320x240 MP4 at 15 fps (sampled to 8 frames) with that image; then 256 text tokens"
     )
     for kind in [k for k in args.media.split(",") if k]:
         lead = kinds[kind]

@@ -143,7 +143,7 @@ def bench_reload(listeners: int, edits: int) -> tuple[float, list[float]]:
     """The control plane's share of an edit, in process: ms for the first load, and per edit
     ms from the file written to the new snapshot set in the cache (what ``xds serve`` does
     once its watch notices the change: read, validate, compile, check, publish)."""
-    from systemone import log
+    from sr_base import log
     from sr_control.xds.cache import SnapshotCache
     from sr_control.xds.metrics import Metrics
     from sr_control.xds.reload import Reloader

@@ -39,13 +39,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
-from collections.abc import Mapping
-from typing import IO, Callable
+from typing import IO
 
-from systemone import log
+from sr_base import log
 from sr_control.compiler import Address, Settings, bootstrap
 from sr_control.compiler.output import to_yaml
 from sr_control.compiler.protos import to_dict

@@ -211,12 +211,14 @@ class Backbone:
             self.device
         )  # S_b, S_b + 1, ...
         last = torch.tensor(question_lens, device=self.device) - 1
+        # A full_attention layer's state is an AttentionState: its tensors are (keys, values).
+        kv: dict[int, Sequence[tuple[torch.Tensor, torch.Tensor]]] = {
+            i: [s.layers[i].tensors for s in distinct]  # type: ignore[misc]
+            for i, kind in enumerate(self.kinds)
+            if kind == "full_attention"
+        }
         prefix = SharedPrefix(
-            kv={
-                i: [s.layers[i].tensors for s in distinct]
-                for i, kind in enumerate(self.kinds)
-                if kind == "full_attention"
-            },  # type: ignore[misc]  # a full_attention layer's state is an AttentionState
+            kv=kv,
             blocks=blocks(groups, [s.length for s in distinct], qw, budget),
             mask=question_mask(mode, question_lens, qw).to(self.device),
             # Only the last token of each row is read out: the last layer attends for it alone.

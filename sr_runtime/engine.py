@@ -21,10 +21,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from sr_runtime.assets import read_assets, the_one
 from sr_runtime.backbone import Backbone, StateSnapshot
 from sr_runtime.checkpoint import READOUT, Checkpoint, DecisionConfig, read_checkpoint
 from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded, Stopped
-from sr_runtime.assets import read_assets, the_one
 from sr_runtime.heads import Heads
 from sr_runtime.prompt import (
     LAYOUTS,
@@ -35,9 +35,9 @@ from sr_runtime.prompt import (
     with_question_media,
 )
 from sr_runtime.readout import SET_THRESHOLD, answer_from, batch_probabilities, finite, set_answer, temperature_for
+from sr_runtime.spans import decode_spans
 from sr_runtime.state_cache import StateCache, state_key
 from sr_runtime.token_cache import CachedTokenizer
-from sr_runtime.spans import decode_spans
 from sr_runtime.types import (
     Answer,
     BoxAnswer,
@@ -50,8 +50,8 @@ from sr_runtime.types import (
     NoulQuestion,
     Question,
     QuestionError,
-    Result,
     QuestionType,
+    Result,
     ScoreQuestion,
     SetQuestion,
     SpanAnswer,

@@ -15,8 +15,6 @@ import torch
 from sr_runtime.errors import InvalidModelOutput
 from sr_runtime.types import (
     Answer,
-    SetAnswer,
-    SetQuestion,
     ChoiceAnswer,
     ChoiceQuestion,
     NoulAnswer,
@@ -24,10 +22,11 @@ from sr_runtime.types import (
     Question,
     ScoreAnswer,
     ScoreQuestion,
+    SetAnswer,
+    SetQuestion,
     coded_options,
     render_text,
 )
-
 
 SET_THRESHOLD = 0.5  # a set read label by label: a label is chosen when P(it applies) >= 1/2
 

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from systemone import REGISTRY, ClientRequest, Request
-from systemone.replies import question_error
 from sr_runtime.server.bridge import EnginePlan, ItemPlan, to_engine, to_reply
 from sr_runtime.server.served import ServedModel
 from sr_runtime.types import DecisionEngine, DecisionRequest, Limits, ModelCard, Result
+from systemone import REGISTRY, ClientRequest, Request
+from systemone.replies import question_error
 
 PATH = "/v1/systemone"
 

@@ -10,12 +10,12 @@ import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeAlias, Union
+from typing import Literal, Protocol, TypeAlias
 
 from sr_runtime.errors import DecisionError
 
 # Structured text: the standard lets a state, instructions and descriptions be objects or arrays.
-Text: TypeAlias = Union[str, dict, list]
+Text: TypeAlias = str | dict | list
 QuestionType = Literal["noul", "choice", "score", "set", "span", "box", "track"]
 MediaKind = Literal["image", "video"]
 
@@ -94,9 +94,9 @@ class TrackQuestion:
     type: QuestionType = field(default="track", init=False)
 
 
-Question: TypeAlias = Union[
-    NoulQuestion, ChoiceQuestion, ScoreQuestion, SetQuestion, SpanQuestion, BoxQuestion, TrackQuestion
-]
+Question: TypeAlias = (
+    NoulQuestion | ChoiceQuestion | ScoreQuestion | SetQuestion | SpanQuestion | BoxQuestion | TrackQuestion
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +250,7 @@ class TrackAnswer:
     type: QuestionType = field(default="track", init=False)
 
 
-Answer: TypeAlias = Union[NoulAnswer, ChoiceAnswer, ScoreAnswer, SetAnswer, SpanAnswer, BoxAnswer, TrackAnswer]
+Answer: TypeAlias = NoulAnswer | ChoiceAnswer | ScoreAnswer | SetAnswer | SpanAnswer | BoxAnswer | TrackAnswer
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from systemone.errors import DeadlineExceeded, ErrorInfo
 from systemone.deviations import DEVIATIONS
+from systemone.errors import DeadlineExceeded, ErrorInfo
 from systemone.generated.fields import SPECS, STANDARD_ASSET_FORMATS, STANDARD_QUESTIONS
 from systemone.generated.strip import REFUSE
 from systemone.ir import Batch, ItemResult, Listing, Reply, Request, items

@@ -10,10 +10,10 @@ text identically and Vela parses it back (``families.model_state``), so answers 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from systemone import schemas
 from systemone.jsontext import JsonObject, dumps

@@ -106,7 +106,7 @@ def _shape(reading: Reading) -> Any:
         ("state", _TEXT, True),
         # A union built at run time from the question structs; mypy can only read Union[...] as a
         # type written in the source.
-        ("questions", Annotated[dict[question_id, Union[tuple(questions)]], msgspec.Meta(min_length=1)], True),  # type: ignore[misc]
+        ("questions", Annotated[dict[question_id, Union[tuple(questions)]], msgspec.Meta(min_length=1)], True),  # type: ignore[misc]  # noqa: UP007
     ]
     if "roles" in reading.request_members:
         request.append(("roles", _type(F.EXTENSION_FIELDS["request.roles"]["type"]), False))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from systemone.jsontext import JsonObject, Number
@@ -46,7 +46,7 @@ class Type:
 _SCALARS = {"string", "integer", "number", "boolean", "any", "text"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def parse(expr: str) -> Type:
     """Parse a type expression; raise ValueError naming what is wrong with it."""
     text = expr.replace(" ", "")
@@ -243,7 +243,7 @@ def _container(kind: str, item_type: Type | None) -> Callable[[Any], bool]:
     return lambda v: isinstance(v, (tuple, list)) and all(map(item, v))
 
 
-@lru_cache(maxsize=None)
+@cache
 def checker(expr: str) -> Callable[[Any], bool]:
     return _compile(parse(expr))
 

@@ -8,10 +8,10 @@ rewriter applied after a client codec, valid only with the schemas it declares.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-import re
 
 
 class UnknownSchemaError(ValueError):

@@ -13,6 +13,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 # The runtime stands on the protocol package alone: no control plane in this image (vllm-srun only).
 COPY systemone ./systemone
+COPY sr_base ./sr_base
 COPY sr_runtime ./sr_runtime
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 

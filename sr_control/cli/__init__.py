@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
+from sr_base import log
 from sr_control import __version__
-from systemone import log
 from sr_control.cli import config as config_cmd
 from sr_control.cli import extproc as extproc_cmd
 from sr_control.cli import schemas as schemas_cmd

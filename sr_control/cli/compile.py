@@ -10,7 +10,8 @@ from typing import Annotated
 import typer
 
 from sr_control.cli.errors import EXIT_INVALID, EXIT_UNREADABLE, fail
-from sr_control.compiler import Address, CompileError, Settings, bootstrap, compile as compile_config, static_bootstrap
+from sr_control.compiler import Address, CompileError, Settings, bootstrap, static_bootstrap
+from sr_control.compiler import compile as compile_config
 from sr_control.compiler.envoy import EnvoyMissing, Validation, validate
 from sr_control.compiler.output import documents, write
 from sr_control.compiler.protos import PUSH_ORDER, TYPE_NAMES

@@ -6,7 +6,7 @@ import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,7 +14,8 @@ from sr_control.cli.compile import compile_command
 from sr_control.cli.errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, fail
 from sr_control.config import load as loader
 from sr_control.config.errors import ConfigError, ConfigUnreadable, Problem
-from sr_control.config.explain import explain as explain_config, explain_text
+from sr_control.config.explain import explain as explain_config
+from sr_control.config.explain import explain_text
 from sr_control.config.migrate import MigrationRefused, migrate_text, write_atomic
 from sr_control.config.model import RouterConfig
 
@@ -86,7 +87,7 @@ def _json_problem(problem: Problem) -> dict[str, object]:
 @app.command()
 def migrate(
     file: Annotated[Path, typer.Argument(help="The config file to migrate.", show_default=False)],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the result here.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result here.")] = None,
     in_place: Annotated[bool, typer.Option("--in-place", "-i", help="Rewrite FILE itself (atomically).")] = False,
     check: Annotated[
         bool, typer.Option("--check", help="Only tell whether a migration is due: exit 1 if it is.")
@@ -148,7 +149,7 @@ def explain(
 @app.command()
 def schema(
     output: Annotated[
-        Optional[Path], typer.Option("--output", "-o", help="Write the JSON Schema here instead of stdout.")
+        Path | None, typer.Option("--output", "-o", help="Write the JSON Schema here instead of stdout.")
     ] = None,
 ) -> None:
     """Print the router config's JSON Schema.

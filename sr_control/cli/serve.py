@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,7 +14,7 @@ from sr_control.stack import Ports, Stack, StackError, StackOptions
 
 def serve(
     config: Annotated[
-        Optional[Path], typer.Option("--config", "-c", help="A router config to serve instead of the embedded default.")
+        Path | None, typer.Option("--config", "-c", help="A router config to serve instead of the embedded default.")
     ] = None,
     model: Annotated[
         str, typer.Option(help="What the local runtime serves: a built-in name or a checkpoint folder.")

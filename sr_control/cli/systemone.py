@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -106,8 +106,8 @@ def plan(
     max_concurrency: Annotated[
         int, typer.Option("--max-concurrency", min=1, max=1024, help="Split calls running at once.")
     ] = 8,
-    deadline_ms: Annotated[Optional[int], typer.Option("--deadline-ms", min=1, help="The caller's deadline.")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="The deployment's model name.")] = None,
+    deadline_ms: Annotated[int | None, typer.Option("--deadline-ms", min=1, help="The caller's deadline.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="The deployment's model name.")] = None,
     listener: Annotated[str, typer.Option("--listener", help="The schema FILE is read in.")] = "vllm-sr/5.0",
     path: Annotated[str, typer.Option("--path", help="The path FILE was sent to.")] = "/v1/systemone",
 ) -> None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from sr_control.compiler import names
 from sr_control.compiler.clusters import clusters, xds_cluster
+from sr_control.compiler.consistency import consistent
+from sr_control.compiler.convert import parse
+from sr_control.compiler.incremental import Recompiler
 from sr_control.compiler.listeners import listener
 from sr_control.compiler.offer import listener_offer
-from sr_control.compiler.consistency import consistent
-from sr_control.compiler.incremental import Recompiler
 from sr_control.compiler.protos import Bootstrap, typed_struct
-from sr_control.compiler.convert import parse
 from sr_control.compiler.resources import Resource, Resources
 from sr_control.compiler.routes import route_configuration
 from sr_control.compiler.settings import Settings

@@ -10,12 +10,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from envoy.config.route.v3 import route_components_pb2
-from google.protobuf.message import Message
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
+from google.protobuf.message import Message
 
 from sr_control.compiler import names
 from sr_control.compiler.errors import CompileError

@@ -140,11 +140,9 @@ class Recompiler:
         offer = old.offer if same and old.models is models else listener_offer(config, l, models)  # type: ignore[union-attr]  # `same` holds only when `old` is set
         if same and (offer is old.offer or offer == old.offer) and changed.isdisjoint(old.served):  # type: ignore[union-attr]  # `same` holds only when `old` is set
             self.reused += 1
-            return (
-                old
-                if old.listener is l and old.models is models
-                else _ListenerUnit(l, models, offer, old.served, old.resources)
-            )  # type: ignore[union-attr,return-value]
+            if old.listener is l and old.models is models:  # type: ignore[union-attr]
+                return old  # type: ignore[return-value]  # `same` holds only when `old` is set
+            return _ListenerUnit(l, models, offer, old.served, old.resources)  # type: ignore[union-attr]
         self.built += 1
         served = frozenset(m for o in offer.offers for m in o.models)
         return _ListenerUnit(l, models, offer, served, _listener_resources(config, offer, data))

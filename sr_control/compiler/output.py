@@ -17,7 +17,6 @@ import yaml
 from sr_control.compiler.protos import PUSH_ORDER, SIDECAR, TYPE_NAMES, Bootstrap, to_dict
 from sr_control.compiler.resources import Resources
 
-
 # Fields of type google.protobuf.Struct in what the compiler emits: a Struct is a map and keeps
 # no key order of its own, so its keys are written sorted to keep the files the same run to run.
 _STRUCT_FIELDS = frozenset({"json_format"})

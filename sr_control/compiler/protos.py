@@ -9,33 +9,35 @@ from __future__ import annotations
 
 from typing import Any, TypeAlias
 
-from google.protobuf import json_format, struct_pb2
-from google.protobuf.message import Message
+from envoy.config.bootstrap.v3 import bootstrap_pb2
 
 # Resources served over xDS.
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
-from envoy.config.route.v3 import route_pb2
-from envoy.config.bootstrap.v3 import bootstrap_pb2
-from xds.type.v3 import typed_struct_pb2
 
 # Types named by "@type" in the templates (imported for the descriptor pool).
-from envoy.config.route.v3 import route_components_pb2  # noqa: F401  FilterConfig
+from envoy.config.route.v3 import (
+    route_components_pb2,  # noqa: F401  FilterConfig
+    route_pb2,
+)
+from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2  # noqa: F401  local replies
+from envoy.extensions.access_loggers.grpc.v3 import als_pb2  # noqa: F401  outcomes to the sidecar
+from envoy.extensions.access_loggers.stream.v3 import stream_pb2  # noqa: F401
 from envoy.extensions.compression.zstd.decompressor.v3 import zstd_pb2  # noqa: F401
 from envoy.extensions.filters.http.decompressor.v3 import decompressor_pb2  # noqa: F401
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2  # noqa: F401
 from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2  # noqa: F401
-from envoy.extensions.filters.http.upstream_codec.v3 import upstream_codec_pb2  # noqa: F401
 from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
+from envoy.extensions.filters.http.upstream_codec.v3 import upstream_codec_pb2  # noqa: F401
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2  # noqa: F401
-from envoy.extensions.access_loggers.stream.v3 import stream_pb2  # noqa: F401
-from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2  # noqa: F401  local replies
-from envoy.extensions.access_loggers.grpc.v3 import als_pb2  # noqa: F401  outcomes to the sidecar
 from envoy.extensions.resource_monitors.downstream_connections.v3 import downstream_connections_pb2  # noqa: F401
 from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # noqa: F401
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
+from google.protobuf import json_format, struct_pb2
+from google.protobuf.message import Message
+from xds.type.v3 import typed_struct_pb2
 
 # Aliases, usable in annotations; xds-protos ships no types, so to a checker each is Any.
 Listener: TypeAlias = listener_pb2.Listener

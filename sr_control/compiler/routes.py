@@ -23,8 +23,8 @@ from typing import Any
 from sr_control.apis import REGISTRY, Api
 from sr_control.compiler import names
 from sr_control.compiler.clusters import upstream
-from sr_control.compiler.local_replies import error_answer
 from sr_control.compiler.limits import BUFFER_LIMIT, DEADLINE_MARGIN_MS, LISTING_TIMEOUT_MS, LLM_TIMEOUT_MS, duration
+from sr_control.compiler.local_replies import error_answer
 from sr_control.compiler.offer import ListenerOffer, Offer
 from sr_control.compiler.templates import fill
 from sr_control.config.model import ProviderModel, RouterConfig

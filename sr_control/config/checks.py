@@ -7,10 +7,10 @@ reference to a broken deployment is not reported a second time as unknown.
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-import ipaddress
 from typing import Any
 
 from sr_control.apis import REGISTRY, UnknownApiError

@@ -24,6 +24,7 @@ from pydantic_core import ErrorDetails
 
 from sr_control.config import checks, source
 from sr_control.config.errors import ConfigError, ConfigUnreadable, Loc, Problem
+from sr_control.config.marked import Marked, YamlSyntaxError, from_round_trip, read
 from sr_control.config.model import (
     CURRENT_VERSION,
     Deployment,
@@ -33,7 +34,6 @@ from sr_control.config.model import (
     Providers,
     RouterConfig,
 )
-from sr_control.config.marked import Marked, YamlSyntaxError, from_round_trip, read
 from sr_control.config.reread import Rereader
 
 _SECTIONS = ("version", "providers", "deployments", "pools", "listeners")

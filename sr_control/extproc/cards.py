@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sr_base.log import get_logger
 from sr_control.extproc.auth import KeysUnavailable, upstream_key
 from sr_control.extproc.capability import STANDARD_CARD, Card, Limits
 from sr_control.extproc.data import Member
 from sr_control.extproc.upstream import CallFailed, Http
-from systemone.log import get_logger
 
 REFRESH_S = 30.0
 RETRY_S = 1.0  # how soon a failed fetch is tried again

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sr_base.log import get_logger
 from sr_control.compiler.limits import DEADLINE_MARGIN_MS, DEFAULT_DEADLINE_MS
 from sr_control.extproc import body as body_parts
 from sr_control.extproc.auth import KeysUnavailable, upstream_key
@@ -31,8 +32,8 @@ from sr_control.extproc.incoming import Incoming, Sidecar
 from sr_control.extproc.metrics import upstream_result
 from sr_control.extproc.pool import Ranking
 from sr_control.extproc.upstream import CallFailed, Reply
-from systemone.log import get_logger
-from systemone import Batch, ClientRequest, ItemResult, ListenerCodec, ProtocolError, Reply as Answers, Request
+from systemone import Batch, ClientRequest, ItemResult, ListenerCodec, ProtocolError, Request
+from systemone import Reply as Answers
 from systemone.client import CLIENTS, Policy, Target, WireReply
 from systemone.errors import ErrorInfo, UnsupportedCapability
 from systemone.ir import frozen_map, items

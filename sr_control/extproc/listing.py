@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sr_control.extproc.capability import Card, Limits
@@ -120,7 +120,7 @@ def _created(data: ListenerData) -> int:
 
 
 def _date(data: ListenerData) -> str:
-    return datetime.fromtimestamp(_created(data), timezone.utc).date().isoformat()
+    return datetime.fromtimestamp(_created(data), UTC).date().isoformat()
 
 
 __all__ = ["SYSTEMONE_MODELS_PATH", "listing"]

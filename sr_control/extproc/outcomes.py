@@ -23,8 +23,8 @@ from collections.abc import AsyncIterator
 import grpc
 from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 
+from sr_base.log import get_logger
 from sr_control.extproc.metrics import Metrics
-from systemone.log import get_logger
 
 _log = get_logger("vllm_sr.extproc")
 # Envoy's details may end in a variable part ("upstream_reset_before_response_started{...}"):

@@ -26,6 +26,7 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
+from sr_base.log import get_logger
 from sr_control.compiler.names import CLUSTER_HEADER
 from sr_control.extproc import envoy, llm
 from sr_control.extproc.auth import TWO_KEYS, KeysUnavailable
@@ -34,7 +35,6 @@ from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.forward import Call, SystemOne, error_answer, listener_codec, whole_as_sent
 from sr_control.extproc.incoming import Incoming, Sidecar
 from sr_control.extproc.listing import listing
-from systemone.log import get_logger
 from systemone import ProtocolError
 from systemone.replies import WHOLE_REPLY_HEADER
 

@@ -33,7 +33,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.accesslog.v3 import als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-from systemone import log
+from sr_base import log
 from sr_control.extproc.auth import KeyRing
 from sr_control.extproc.cards import CardBook
 from sr_control.extproc.incoming import Sidecar

@@ -24,11 +24,11 @@ from google.protobuf import json_format
 from google.rpc import status_pb2
 from xds.type.v3 import typed_struct_pb2
 
+from sr_base.log import get_logger
 from sr_control.compiler import names
 from sr_control.compiler.protos import SIDECAR, SIDECAR_PAYLOAD
 from sr_control.extproc.data import DataError, ListenerData
 from sr_control.extproc.versions import VersionStore
-from systemone.log import get_logger
 
 _log = get_logger("vllm_sr.extproc.xds")
 MAX_MESSAGE = 64 * 1024 * 1024

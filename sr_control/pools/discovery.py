@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-from systemone import log
+from sr_base import log
 from sr_control.config.model import ServiceRef
 from sr_control.pools.slices import Hosts, ready_hosts
 

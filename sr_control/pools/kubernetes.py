@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from systemone import log
+from sr_base import log
 from sr_control.pools.slices import Slice
 
 SERVICE_LABEL = "kubernetes.io/service-name"

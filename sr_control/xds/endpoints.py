@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from systemone import log
+from sr_base import log
 from sr_control.compiler import names
 from sr_control.compiler.eds import endpoint_resource
 from sr_control.compiler.protos import ENDPOINT

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 from envoy.config.core.v3 import base_pb2
@@ -22,7 +22,7 @@ class StreamInfo:
     protocol: Protocol
     peer: str
     node: base_pb2.Node = field(default_factory=base_pb2.Node)
-    opened_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    opened_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 def _nothing(*args: object) -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from systemone import log
+from sr_base import log
 from sr_control.compiler.protos import TYPE_NAMES
 from sr_control.xds.hooks import Hooks, StreamInfo
 
@@ -18,7 +18,7 @@ _log = log.get_logger("vllm_sr.xds")
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 @dataclass
@@ -125,7 +125,7 @@ class Ledger:
         with self._lock:
             message = message.strip()
             status = self._type(info, type_url)
-            status.nacked_at = datetime.now(timezone.utc)
+            status.nacked_at = datetime.now(UTC)
             status.nack = {
                 "version": version,
                 "message": message,

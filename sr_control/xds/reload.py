@@ -17,11 +17,11 @@ import hashlib
 import threading
 import traceback
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from systemone import log
+from sr_base import log
 from sr_control.compiler import CompileError, Settings
 from sr_control.compiler.incremental import Recompiler
 from sr_control.compiler.protos import ENDPOINT, LISTENER, SIDECAR, TYPE_NAMES
@@ -40,7 +40,7 @@ _log = log.get_logger("vllm_sr.xds")
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from systemone import log
+from sr_base import log
 from sr_control.compiler import Settings
 from sr_control.config.load import read_text
 from sr_control.pools.discovery import Discovery

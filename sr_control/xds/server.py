@@ -22,7 +22,7 @@ from typing import Any, Union
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc
 
-from systemone import log
+from sr_base import log
 from sr_control.xds.cache import SnapshotCache
 from sr_control.xds.delta import DeltaStream
 from sr_control.xds.hooks import Hooks, Protocol, StreamInfo

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sr_control.compiler.consistency import consistent
 from sr_control.compiler.protos import ENDPOINT
@@ -26,7 +26,7 @@ NO_ENDPOINTS = Resources({ENDPOINT: ()})
 class Snapshot:
     resources: Resources  # compiled from the config
     generation: int  # 1 for the first version served by this process, then 2, 3, ...
-    created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     endpoints: Resources = field(default_factory=lambda: NO_ENDPOINTS)  # EDS: discovered hosts, one per cluster
 
     @classmethod

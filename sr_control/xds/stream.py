@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from systemone import log
+from sr_base import log
 from sr_control.compiler.protos import CLUSTER, ENDPOINT, LISTENER, PUSH_ORDER, ROUTE, SIDECAR, TYPE_NAMES
 from sr_control.compiler.resources import Resource, digest
 from sr_control.xds.cache import SnapshotCache

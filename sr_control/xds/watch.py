@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from systemone import log
+from sr_base import log
 
 Fingerprint = tuple[str, int, int, int, int] | None
 _log = log.get_logger("vllm_sr.xds")

@@ -35,10 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from systemone import ClientRequest, DeadlineExceeded, DetailItem, HttpAnswer, NotServed, ValidationFailed
-from systemone.log import get_logger
-from systemone.generated.runtime_fields import RUNTIME_CONTRACT
-from systemone.replies import WHOLE_REPLY, WHOLE_REPLY_HEADER, is_whole
+from sr_base.log import get_logger
 from sr_runtime.server.auth import check_key
 from sr_runtime.server.body import check_parts, read_body
 from sr_runtime.server.bridge import EnginePlan, to_engine, to_reply
@@ -48,6 +45,9 @@ from sr_runtime.server.scheduler import Outcome, Scheduler
 from sr_runtime.server.served import folder_date, model_folder
 from sr_runtime.server.settings import ServerSettings
 from sr_runtime.types import DecisionEngine
+from systemone import ClientRequest, DeadlineExceeded, DetailItem, HttpAnswer, NotServed, ValidationFailed
+from systemone.generated.runtime_fields import RUNTIME_CONTRACT
+from systemone.replies import WHOLE_REPLY, WHOLE_REPLY_HEADER, is_whole
 
 log = get_logger("vllm-srun.server")
 REQUEST_ID = "x-typesafe-request-id"

@@ -17,10 +17,10 @@ from starlette.datastructures import Headers, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request as HttpRequest
 
+from sr_runtime.server.errors import UnsupportedEncoding
 from systemone import Batch, DetailItem, InvalidRequest, Request, RequestTooLarge, ValidationFailed
 from systemone.errors import MAX_BODY_BYTES
 from systemone.media import REQUEST_PART, part_problems
-from sr_runtime.server.errors import UnsupportedEncoding
 
 _CHUNK = 1 << 20
 

@@ -24,10 +24,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from systemone import Batch, ItemResult, Reply, Request
-from systemone.generated.fields import PRESETS
-from systemone.ir import MISSING, Question, items
-from systemone.jsontext import JsonObject, Number, plain, strings
 from sr_runtime.types import (
     Answer,
     Box,
@@ -53,6 +49,10 @@ from sr_runtime.types import (
     TrackQuestion,
 )
 from sr_runtime.types import Question as EngineQuestion
+from systemone import Batch, ItemResult, Reply, Request
+from systemone.generated.fields import PRESETS
+from systemone.ir import MISSING, Question, items
+from systemone.jsontext import JsonObject, Number, plain, strings
 
 # Question fields no model here honours; answering without them would answer another question.
 REFUSED_FIELDS = {

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import traceback
 
-from systemone.log import get_logger
+from sr_base.log import get_logger
+from sr_runtime.errors import DecisionError
 from systemone import ClientRequest, HttpAnswer, ListenerCodec, ProtocolError, QuestionFailed
 from systemone.errors import QUESTION_ERROR_STATUS
-from sr_runtime.errors import DecisionError
 
 log = get_logger("vllm-srun.server")
 RETRY_AFTER_S = 1.0

@@ -13,7 +13,7 @@ from typing import Any
 
 import uvicorn
 
-from systemone.log import get_logger
+from sr_base.log import get_logger
 from sr_runtime.errors import CheckpointError
 from sr_runtime.loader import check_device, check_model
 from sr_runtime.server.app import create_app

@@ -12,8 +12,7 @@ import time
 from collections.abc import Callable
 from enum import Enum
 
-from systemone.log import get_logger
-from systemone import REGISTRY, ListenerCodec
+from sr_base.log import get_logger
 from sr_runtime.errors import CheckpointError
 from sr_runtime.server.errors import Unavailable
 from sr_runtime.server.metrics import Metrics
@@ -22,6 +21,7 @@ from sr_runtime.server.served import ServedModel
 from sr_runtime.server.settings import ServerSettings
 from sr_runtime.server.threads import RoundThreads, math_threads
 from sr_runtime.types import DecisionEngine
+from systemone import REGISTRY, ListenerCodec
 
 log = get_logger("vllm-srun.server")
 Loader = Callable[[], tuple[DecisionEngine, str]]  # the engine, and its release date

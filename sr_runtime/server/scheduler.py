@@ -33,10 +33,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from systemone import DeadlineExceeded
 from sr_runtime.errors import Stopped
 from sr_runtime.server.errors import Overloaded, Unavailable
 from sr_runtime.types import DecisionEngine, DecisionRequest, Result, coded_options, render_text
+from systemone import DeadlineExceeded
 
 CHARS_PER_TOKEN = 4  # for the budget of a round only; the engine packs passes by real tokens
 # How long one slice of a split job keeps the engine: a request arriving while a batch runs

@@ -8,15 +8,15 @@ the standard's unknown-model answer, 400 naming what is served.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
+from sr_runtime.server.errors import UnknownModel
+from sr_runtime.types import ModelCard
 from systemone import Batch, Listing, ListingItem, Request
 from systemone.generated.runtime_fields import RUNTIME_CONTRACT
 from systemone.ir import items
 from systemone.jsontext import freeze
-from sr_runtime.server.errors import UnknownModel
-from sr_runtime.types import ModelCard
 
 ALIASES = frozenset({"jev-latest"})
 LISTING_VERSION = RUNTIME_CONTRACT.rsplit(".", 1)[0]  # "5.0"
@@ -73,7 +73,7 @@ def folder_date(folder: Path) -> str:
     """When a model folder's weights were written, as a UTC date: the closest thing to a release."""
     files = [p for p in folder.glob("*.safetensors")] or [folder]
     newest = max(p.stat().st_mtime for p in files)
-    return datetime.fromtimestamp(newest, timezone.utc).date().isoformat()
+    return datetime.fromtimestamp(newest, UTC).date().isoformat()
 
 
 def model_folder(model: str) -> Path:

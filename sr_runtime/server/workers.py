@@ -28,7 +28,7 @@ import threading
 from queue import Empty
 from typing import Any
 
-from systemone.log import configure, get_logger
+from sr_base.log import configure, get_logger
 from sr_runtime.errors import CheckpointError
 from sr_runtime.server.process import server_config, url_of
 from sr_runtime.server.settings import ServerSettings

@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from sr_control.compiler import Resources, Settings, compile
-from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, SIDECAR, to_dict
 from sr_control.compiler.output import plain
+from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, SIDECAR, to_dict
 from sr_control.config.load import load_text
 
 

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tests.compiler.golden_cases import GOLDEN
 from sr_control.cli import app, main
+from tests.compiler.golden_cases import GOLDEN
 
 runner = CliRunner()
 

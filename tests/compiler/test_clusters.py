@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.compiler.compiled import cluster, compile_text, listener, sidecar_data
 from sr_control.compiler import Address, CompileError, Settings
 from sr_control.compiler.limits import DEADLINE_MARGIN_MS, DEFAULT_DEADLINE_MS
+from tests.compiler.compiled import cluster, compile_text, listener, sidecar_data
 
 CONFIG = """
 version: 2

@@ -17,7 +17,6 @@ from sr_control.compiler import Settings, bootstrap, compile, static_bootstrap
 from sr_control.compiler.envoy import validate
 from sr_control.compiler.output import documents, write
 from sr_control.config.load import load
-
 from tests.compiler.golden_cases import CASES, GOLDEN
 
 UPDATE = os.environ.get("VSR_UPDATE_GOLDEN") == "1"

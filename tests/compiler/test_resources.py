@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.compiler.compiled import compile_text
 from sr_control.compiler import Inconsistent, Resource, Resources, consistency_problems
 from sr_control.compiler.errors import CompileError
 from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, SIDECAR, Cluster, RouteConfiguration
+from tests.compiler.compiled import compile_text
 
 BASE = """
 version: 2

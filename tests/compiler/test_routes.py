@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.compiler.compiled import compile_text, local_reply, route_for, sidecar_metadata, sidecar_data
 from sr_control.compiler import Resources
+from tests.compiler.compiled import compile_text, local_reply, route_for, sidecar_data, sidecar_metadata
 
 CONFIG = """
 version: 2

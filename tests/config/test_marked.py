@@ -289,7 +289,7 @@ def _depth(node: Any) -> int:
         ("-0o7", -7),
         ("010", 10),  # YAML 1.2: ten, not octal
         ("2001-12-14", datetime.date(2001, 12, 14)),
-        ("2001-12-14T21:59:43Z", datetime.datetime(2001, 12, 14, 21, 59, 43, tzinfo=datetime.timezone.utc)),
+        ("2001-12-14T21:59:43Z", datetime.datetime(2001, 12, 14, 21, 59, 43, tzinfo=datetime.UTC)),
         ("no", "no"),  # YAML 1.2: text, not false
         ("'0b11'", "0b11"),
     ],

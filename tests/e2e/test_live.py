@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 from envoy.service.discovery.v3 import discovery_pb2
 
-from tests.e2e.envoy_proc import Envoy, free_port, wait_for
 from sr_control.compiler import Address, Resources, Settings, compile
 from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, TYPE_NAMES
 from sr_control.config.load import load_text
+from tests.e2e.envoy_proc import Envoy, free_port, wait_for
 from tests.e2e.http_client import Reply, request
 from tests.e2e.upstreams import ExtProcServer, Upstream
 

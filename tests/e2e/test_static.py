@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import zstandard
 
-from tests.e2e.envoy_proc import Envoy, free_port
-from tests.e2e.http_client import request
 from sr_control.compiler import Address, Settings, static_bootstrap
 from sr_control.compiler.output import to_yaml
 from sr_control.compiler.protos import to_dict
 from sr_control.config.load import load_text
+from tests.e2e.envoy_proc import Envoy, free_port
+from tests.e2e.http_client import request
 from tests.e2e.upstreams import EchoProcessor, ExtProcServer, Upstream
 
 pytestmark = pytest.mark.envoy

@@ -27,10 +27,9 @@ from jevcompat import mock as jev_mock
 from safetensors.torch import load_file, save_file
 
 from sr_control.compiler import Address, Settings, bootstrap, compile
-from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, SIDECAR, TYPE_NAMES
-from sr_control.config.load import load_text
 from sr_control.compiler.output import to_yaml
-from sr_control.compiler.protos import to_dict
+from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, SIDECAR, TYPE_NAMES, to_dict
+from sr_control.config.load import load_text
 from sr_control.xds import ControlPlane
 from tests.e2e.envoy_proc import Envoy, free_port, wait_for
 from tests.e2e.http_client import Reply, request

@@ -27,10 +27,10 @@ from typing import Any
 
 import pytest
 
+from sr_control.compiler import Address, Settings
 from sr_control.pools import KubernetesDiscovery
 from sr_control.pools.kubernetes import api_client
 from sr_control.xds import ControlPlane
-from sr_control.compiler import Address, Settings
 from tests.e2e.envoy_proc import free_port, wait_for
 from tests.e2e.http_client import request
 from tests.extproc.harness import VLLM_SRUN, SidecarProc, envoy_for, get_status, get_text, metric

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from structlog.testing import capture_logs
@@ -72,7 +72,7 @@ def xds_restart(
         restarted = time.monotonic()
         answered_while_down = sum(a.status == 200 for a in traffic.since(killed) if a.at + a.wait_s < restarted)
         s.plane.start().wait()
-        serving, serving_at = time.monotonic(), datetime.now(timezone.utc)
+        serving, serving_at = time.monotonic(), datetime.now(UTC)
         expected = expected_versions(edited, s.plane.settings)
         wait_for(
             lambda: synced(s.status(), expected), timeout=30, interval=0.01, what="Envoy and the sidecar to resync"

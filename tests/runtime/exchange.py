@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from systemone import REGISTRY, ProtocolError
 from sr_runtime.engine import Engine
 from sr_runtime.request import answer
+from systemone import REGISTRY, ProtocolError
 
 
 def respond(

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-
 from typing import Any
 
 import pytest
 
-from systemone import ProtocolError
 from sr_runtime.request import read_request
-from tests.conftest import ROOT
 from sr_runtime.types import (
     ChoiceAnswer,
     ChoiceQuestion,
@@ -22,6 +19,8 @@ from sr_runtime.types import (
     ScoreQuestion,
     Usage,
 )
+from systemone import ProtocolError
+from tests.conftest import ROOT
 
 # Seed 002's request, as the docs show it, with the model it names.
 SEED_002 = json.loads((ROOT / "examples" / "requests" / "seed-002-request.json").read_text()) | {

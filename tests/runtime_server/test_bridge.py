@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from systemone import REGISTRY
 from sr_runtime.builtins.embedding import state_text
 from sr_runtime.server.bridge import to_engine, to_reply
 from sr_runtime.types import DecisionRequest, Limits, ModelCard, NoulAnswer, QuestionError, Result, SpanQuestion, Usage
+from systemone import REGISTRY
 
 CARD = ModelCard("m", "", ("noul", "choice", "score"), ("text",), (), Limits(255, 2, 10, 2048), "prefix_bidir", "")
 

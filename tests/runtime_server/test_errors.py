@@ -22,9 +22,9 @@ import torch
 from safetensors.torch import save_file
 from starlette.testclient import TestClient
 
-from systemone.errors import MAX_BODY_BYTES
 from sr_runtime.engine import Engine
 from sr_runtime.server import ServerSettings
+from systemone.errors import MAX_BODY_BYTES
 
 from .conftest import CHOICE, NOUL, SCHEMAS, HeldEngine, body, engine_loader, runtime, serving, wait_until
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from systemone import DeadlineExceeded
 from sr_runtime.engine import Engine
 from sr_runtime.errors import Stopped
 from sr_runtime.server import ServerSettings
 from sr_runtime.server.scheduler import Scheduler, estimate_tokens
 from sr_runtime.types import ChoiceQuestion, DecisionRequest, NoulQuestion, Result, ScoreQuestion
+from systemone import DeadlineExceeded
 
 from .conftest import NOUL, HeldEngine, body, engine_loader, runtime, serving, wait_until
 

@@ -10,8 +10,8 @@ import pytest
 import zstandard
 from starlette.testclient import TestClient
 
-from systemone.errors import MAX_BODY_BYTES
 from sr_runtime.server import ServerSettings
+from systemone.errors import MAX_BODY_BYTES
 
 from .conftest import CHOICE, NOUL, SCHEMAS, body, serving
 

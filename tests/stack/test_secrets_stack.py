@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from sr_control.stack import admin_get
+from sr_control.stack import Ports, admin_get
 from tests.e2e.upstreams import Upstream
 from tests.stack.test_serve_stack import SEED_002_CURL, _free_offset, _get, child_environ, start_stack
-from sr_control.stack import Ports
 
 LISTENER_KEY = "listener-key-for-the-stack-9f3"
 PROVIDER_KEY = "provider-key-for-the-stack-41c"

@@ -11,9 +11,9 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest

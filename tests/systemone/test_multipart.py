@@ -29,9 +29,9 @@ from typesafe_sdk._core.multipart import Part as SdkPart
 from typesafe_sdk._core.multipart import encode_multipart
 
 from sr_control.extproc import body as sidecar
+from sr_runtime.server import body as runtime
 from systemone import ProtocolError
 from systemone.media import REQUEST_PART
-from sr_runtime.server import body as runtime
 from tests.strategies import json_values
 
 

@@ -1,7 +1,5 @@
 """The protocol layer does no I/O: no module of systemone reaches a file, socket,
-process, clock or terminal. Reading files and URLs belongs to the CLI (``sr_control/cli``).
-``systemone/log.py`` is the one exception: the logging setup both entry points call (it names
-stderr); no protocol module calls it."""
+process, clock or terminal. Reading files and URLs belongs to the CLI (``sr_control/cli``)."""
 
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "systemone"
-MODULES = sorted(m for m in PACKAGE.rglob("*.py") if m != PACKAGE / "log.py")
+MODULES = sorted(PACKAGE.rglob("*.py"))
 FORBIDDEN_IMPORTS = {
     "asyncio",
     "grpc",

@@ -8,8 +8,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from sr_control.cli import app
-from sr_control.compiler.output import documents
 from sr_control.compiler import bootstrap, compile, static_bootstrap
+from sr_control.compiler.output import documents
 from sr_control.config.load import load_text
 from sr_control.xds.metrics import Metrics
 from tests.xds.xds_support import config_text

@@ -9,9 +9,10 @@ from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, RouteConfigurat
 from sr_control.config.load import load_text
 from sr_control.xds.cache import ALL_NODES, SnapshotCache
 from sr_control.xds.hooks import Hooks, StreamInfo
-from sr_control.xds.sotw import SotwStream
 from sr_control.xds.snapshot import Snapshot
-from tests.xds.xds_support import config_text, snapshot, sotw_request as req
+from sr_control.xds.sotw import SotwStream
+from tests.xds.xds_support import config_text, snapshot
+from tests.xds.xds_support import sotw_request as req
 
 
 def route_names(response) -> list[str]:  # type: ignore[no-untyped-def]

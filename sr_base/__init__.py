@@ -1,0 +1,2 @@
+"""What every server process of ours sets up, the control plane's and the runtime's alike:
+logging (``log``). It stands on ``systemone`` at most; ``systemone`` itself does no I/O."""
