@@ -13,18 +13,13 @@ then the worker exits.
 from __future__ import annotations
 
 import asyncio
-import json
-import multiprocessing
 import os
-import shutil
 import signal
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -34,6 +29,7 @@ from envoy.service.accesslog.v3 import als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from sr_base import log
+from sr_base.workers import Report, Workers
 from sr_control.extproc.auth import KeyRing
 from sr_control.extproc.cards import CardBook
 from sr_control.extproc.incoming import Sidecar
@@ -143,7 +139,7 @@ class Worker:
             return False
         held = self.sidecar.store.current()
         wanted = self.settings.listeners
-        return all(l in held for l in wanted) if wanted else bool(held)
+        return all(listener in held for listener in wanted) if wanted else bool(held)
 
     def status(self) -> dict[str, Any]:
         """Called on the worker's own loop (see status_from_thread)."""
@@ -309,109 +305,74 @@ def _check_port_free(host: str, port: int) -> None:
             raise OSError(f"cannot listen on {host}:{port} (in use, or not an address of this host)") from None
 
 
-def _worker_main(settings: SidecarSettings, status_file: str) -> None:
+def _worker_main(index: int, report: Report, settings: SidecarSettings) -> None:
     """A worker process: PROMETHEUS_MULTIPROC_DIR is set, so its metrics land in shared files."""
-    log.configure(os.environ.get("VSR_LOG_LEVEL", "info"), os.environ.get("VSR_LOG_FORMAT", "console"))  # type: ignore[arg-type]  # configure refuses an unknown level or format
     worker = Worker(settings, reuse_port=True)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when to stop
-
-    def write(status: dict[str, Any]) -> None:
-        tmp = status_file + ".tmp"
-        Path(tmp).write_text(json.dumps(status | {"at": time.time()}))
-        os.replace(tmp, status_file)
-
-    run_loop(worker.run(on_status=write))
-    Path(status_file).unlink(missing_ok=True)
+    run_loop(worker.run(on_status=report))
 
 
 def _supervise(
     settings: SidecarSettings, stop: threading.Event | None, on_ready: Callable[[int, int], None] | None
 ) -> int:
     _check_port_free(settings.host, settings.port)
-    shared = tempfile.mkdtemp(prefix="vsr-extproc-")
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = shared
-    from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.multiprocess import MultiProcessCollector
-
-    registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=shared)
-    context = multiprocessing.get_context("spawn")
-    files = [os.path.join(shared, f"status-{i}.json") for i in range(settings.workers)]
-    procs = [
-        context.Process(target=_worker_main, args=(settings, f), name=f"extproc-{i}", daemon=False)
-        for i, f in enumerate(files)
-    ]
-    for p in procs:
-        p.start()
-
-    def statuses() -> list[dict[str, Any]]:
-        out = []
-        for f in files:
-            try:
-                out.append(json.loads(Path(f).read_text()))
-            except (OSError, ValueError):
-                out.append({"ready": False, "starting": True})
-        return out
-
-    def ready() -> bool:
-        now = time.time()
-        return all(s.get("ready") and now - s.get("at", 0) < 5 for s in statuses()) and all(p.is_alive() for p in procs)
-
-    def alive() -> bool:
-        now = time.time()
-        return all(p.is_alive() for p in procs) and all(
-            now - s.get("at", now) < 10 and s.get("alive", True) for s in statuses()
-        )
-
-    http = StatusServer(
-        settings.status_address,
-        settings.status_port,
-        status=lambda: {"workers": statuses()},
-        metrics=lambda: generate_latest(registry),
-        serving=ready,
-        alive=alive,
-        not_ready=NOT_READY,
-        not_alive=NOT_ALIVE,
+    logging = (os.environ.get("VSR_LOG_LEVEL", "info"), os.environ.get("VSR_LOG_FORMAT", "console"))
+    workers = Workers(
+        settings.workers, _worker_main, settings, name="extproc", stop_s=settings.drain_s + 5, logging=logging
     )
-    http.start()
-    done = threading.Event()
-    _signals(lambda *_: done.set())
-    if stop is not None:
+    with workers:
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.multiprocess import MultiProcessCollector
 
-        def done_when_asked() -> None:
-            stop.wait()
-            done.set()
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=workers.metrics_dir)
 
-        threading.Thread(target=done_when_asked, daemon=True).start()
-    if on_ready is not None:
+        def statuses() -> list[dict[str, Any]]:
+            return [s or {"ready": False, "starting": True} for s in workers.reports()]
 
-        def announce() -> None:
-            while not done.is_set() and not ready():
-                time.sleep(0.05)
-            if not done.is_set():
-                on_ready(settings.port, http.port)
+        def ready() -> bool:
+            now = time.time()
+            return all(s.get("ready") and now - s.get("at", 0) < 5 for s in statuses()) and workers.all_alive()
 
-        threading.Thread(target=announce, daemon=True).start()
-    code = 0
-    try:
-        while not done.wait(0.2):
-            if any(not p.is_alive() for p in procs):
-                _log.error("extproc worker died", codes=[p.exitcode for p in procs])
-                code = 1
-                break
-    finally:
-        for p in procs:
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, signal.SIGTERM)
-        for p in procs:
-            p.join(settings.drain_s + 5)
-            if p.is_alive():
-                p.kill()
-                p.join()
-        http.stop()
-        shutil.rmtree(shared, ignore_errors=True)
-    return code
+        def alive() -> bool:
+            now = time.time()
+            return workers.all_alive() and all(now - s.get("at", now) < 10 and s.get("alive", True) for s in statuses())
+
+        http = StatusServer(
+            settings.status_address,
+            settings.status_port,
+            status=lambda: {"workers": statuses()},
+            metrics=lambda: generate_latest(registry),
+            serving=ready,
+            alive=alive,
+            not_ready=NOT_READY,
+            not_alive=NOT_ALIVE,
+        )
+        http.start()
+        try:
+            if stop is not None:
+
+                def stop_when_asked() -> None:
+                    stop.wait()
+                    workers.stopping.set()
+
+                threading.Thread(target=stop_when_asked, daemon=True).start()
+            if on_ready is not None:
+
+                def announce() -> None:
+                    while not workers.stopping.is_set() and not ready():
+                        time.sleep(0.05)
+                    if not workers.stopping.is_set():
+                        on_ready(settings.port, http.port)
+
+                threading.Thread(target=announce, daemon=True).start()
+            codes = workers.watch()
+            if codes is not None:
+                _log.error("extproc worker died", codes=codes)
+                return 1
+            return 0
+        finally:
+            http.stop()
 
 
 __all__ = ["Worker", "serve"]

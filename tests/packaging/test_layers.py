@@ -104,9 +104,6 @@ def test_a_package_imports_only_its_floors(package: str) -> None:
     assert wrong == []
 
 
-@pytest.mark.xfail(
-    strict=True, reason="sr_runtime.server.process <-> workers until one supervisor serves both (issue 23 item 3)"
-)
 def test_no_module_imports_itself_back() -> None:
     # A package's __init__ is an ordinary node: `from pkg import name` is an edge to it.
     try:
