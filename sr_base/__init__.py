@@ -1,2 +1,3 @@
 """What every server process of ours sets up, the control plane's and the runtime's alike:
-logging (``log``). It stands on ``systemone`` at most; ``systemone`` itself does no I/O."""
+logging (``log``) and the supervisor of ``--workers N`` (``workers``). It stands on
+``systemone`` at most; ``systemone`` itself does no I/O."""

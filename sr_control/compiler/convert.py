@@ -24,10 +24,10 @@ import hashlib
 import math
 import re
 import threading
-from collections import OrderedDict
 from functools import cache
 from typing import Any, TypeVar
 
+from cachetools import LRUCache
 from google.protobuf import descriptor_pool, json_format, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
@@ -148,36 +148,34 @@ class _Packed:
     """
 
     ENTRY_OVERHEAD = 200  # bytes of dict slot, tuple and object headers per entry, roughly
+    KEY_BYTES = 32  # a sha256 digest
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.size = 0
-        self._entries: OrderedDict[bytes, tuple[str, bytes]] = OrderedDict()
+        self._entries: LRUCache[bytes, tuple[str, bytes]] = LRUCache(limit, getsizeof=self._cost)
         self._lock = threading.Lock()  # the control plane compiles on its watch thread
 
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def size(self) -> int:
+        return int(self._entries.currsize)
+
     def get(self, key: bytes) -> tuple[str, bytes] | None:
         with self._lock:
-            packed = self._entries.get(key)
-            if packed is not None:
-                self._entries.move_to_end(key)
-            return packed
+            return self._entries.get(key)
 
     def put(self, key: bytes, packed: tuple[str, bytes]) -> None:
         with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self.size -= self._cost(key, old)
-            self._entries[key] = packed
-            self.size += self._cost(key, packed)
-            while self.size > self.limit and self._entries:
-                old_key, evicted = self._entries.popitem(last=False)
-                self.size -= self._cost(old_key, evicted)
+            try:
+                self._entries[key] = packed
+            except ValueError:  # one value over the whole limit: packed again each time, not kept
+                pass
 
-    def _cost(self, key: bytes, packed: tuple[str, bytes]) -> int:
-        return len(key) + len(packed[0]) + len(packed[1]) + self.ENTRY_OVERHEAD
+    @classmethod
+    def _cost(cls, packed: tuple[str, bytes]) -> int:
+        return cls.KEY_BYTES + len(packed[0]) + len(packed[1]) + cls.ENTRY_OVERHEAD
 
 
 # 16 MiB holds every distinct Any of about 5,000 listeners.

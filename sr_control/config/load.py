@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import datetime
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cachetools import LRUCache
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -270,7 +270,7 @@ class _Entries:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._entries: OrderedDict[tuple[type[BaseModel], str], Any] = OrderedDict()
+        self._entries: LRUCache[tuple[type[BaseModel], str], Any] = LRUCache(limit)
         # The key of each value object seen lately: a Rereader hands back the very objects of
         # the entries an edit left alone, whose repr need not be taken again. The value is
         # held, so its id cannot be reused while it is here.
@@ -293,14 +293,11 @@ class _Entries:
         key = (model, self._key(value))
         with self._lock:
             found = self._entries.get(key)
-            if found is not None:
-                self._entries.move_to_end(key)
-                return found
+        if found is not None:
+            return found
         found = _validate_entry(model, value)
         with self._lock:
             self._entries[key] = found
-            while len(self._entries) > self.limit:
-                self._entries.popitem(last=False)
         return found
 
 

@@ -21,13 +21,13 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from cachetools import LRUCache
 
 from sr_runtime.builtins import nli
 from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded
@@ -127,8 +127,7 @@ class EmbeddingEngine:
         self.tokenizer = tokenizer
         self.device = device
         self.max_length = max_length
-        self._cache: OrderedDict[str, tuple[torch.Tensor, int]] = OrderedDict()
-        self._cache_entries = cache_entries
+        self._cache: LRUCache[str, tuple[torch.Tensor, int]] = LRUCache(cache_entries)
 
     @classmethod
     def load(
@@ -207,13 +206,10 @@ class EmbeddingEngine:
         """A text's embedding and its length in word pieces (an LRU keeps recent ones)."""
         hit = self._cache.get(text)
         if hit is not None:
-            self._cache.move_to_end(text)
             return hit
         pieces = self._pieces(text)
         entry = (self._encode(pieces), len(pieces))
         self._cache[text] = entry
-        if len(self._cache) > self._cache_entries:
-            self._cache.popitem(last=False)
         return entry
 
     # -- reading --------------------------------------------------------------------------
