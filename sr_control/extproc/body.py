@@ -5,19 +5,17 @@ The SDK sends a request with attached images as ``multipart/form-data``: a part 
 names (system-one-standard.md §1.3). Envoy has already undone ``Content-Encoding: zstd``.
 
 The sidecar reads the JSON part, and writes each part-borne asset inline (``format`` and
-``data_base64``) so the internal form it forwards is whole JSON. Parsing is the standard
-library's MIME parser.
+``data_base64``) so the internal form it forwards is whole JSON. The form is read by
+``systemone.multipart``, the reader the runtime uses too.
 """
 
 from __future__ import annotations
 
 import base64
-import email.parser
-import email.policy
 from collections.abc import Mapping
 from dataclasses import replace
 
-from systemone import Batch, DetailItem, InvalidRequest, Request, ValidationFailed
+from systemone import Batch, Request, ValidationFailed, multipart
 from systemone.ir import Asset, frozen_map
 from systemone.jsontext import JsonObject
 from systemone.media import REQUEST_PART, part_problems
@@ -26,37 +24,12 @@ _FORMATS = {b"\x89PNG\r\n\x1a\n": "png", b"\xff\xd8\xff": "jpeg", b"GIF8": "gif"
 
 
 def read(body: bytes, content_type: str) -> tuple[bytes, Mapping[str, tuple[str, bytes]]] | None:
-    """(the JSON, the asset parts) of a multipart body; None when the body is not multipart."""
-    if not content_type.lower().startswith("multipart/form-data"):
+    """(the JSON, the asset parts: content type and bytes) of a multipart body; None when the
+    body is not multipart."""
+    if not multipart.is_form(content_type):
         return None
-    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body
-    )
-    if not message.is_multipart():
-        raise InvalidRequest("the multipart body has no parts (is the boundary right?)", reason="multipart")
-    parts: dict[str, tuple[str, bytes]] = {}
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        if not isinstance(name, str):
-            raise ValidationFailed([DetailItem(("body",), "a multipart part has no name", "value_error")])
-        if name in parts:
-            raise ValidationFailed(
-                [DetailItem(("body", name), f"the multipart body has two parts named {name!r}", "value_error")]
-            )
-        payload = part.get_payload(decode=True)
-        parts[name] = (part.get_content_type(), payload if isinstance(payload, bytes) else b"")
-    request = parts.pop(REQUEST_PART, None)
-    if request is None:
-        raise ValidationFailed(
-            [
-                DetailItem(
-                    ("body", REQUEST_PART),
-                    "a multipart body needs a part named 'request' holding the JSON request",
-                    "missing",
-                )
-            ]
-        )
-    return request[1], parts
+    form = multipart.read(body, content_type)
+    return form.request, {name: (part.content_type, part.content) for name, part in form.parts.items()}
 
 
 def inline_parts(ir: Request | Batch, parts: Mapping[str, tuple[str, bytes]]) -> Request | Batch:

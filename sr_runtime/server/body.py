@@ -2,25 +2,24 @@
 
 What the official SDK sends (system-one-standard.md §5): JSON, `Content-Encoding: zstd` bodies,
 and `multipart/form-data` with a `request` part and one part per asset. The protocol layer reads
-the JSON; undoing the encoding and the multipart framing is this module's job. The 32 MiB limit
+the JSON; undoing the encoding is this module's job, and the multipart framing is read by
+`systemone.multipart`, the sidecar's reader too. The 32 MiB limit
 holds for the body as sent and again once decoded, so a small zstd bomb is a 413, not a
 process out of memory.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import zstandard
-from starlette.datastructures import Headers, UploadFile
-from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request as HttpRequest
 
 from sr_runtime.server.errors import UnsupportedEncoding
-from systemone import Batch, DetailItem, InvalidRequest, Request, RequestTooLarge, ValidationFailed
+from systemone import Batch, InvalidRequest, Request, RequestTooLarge, ValidationFailed, multipart
 from systemone.errors import MAX_BODY_BYTES
-from systemone.media import REQUEST_PART, part_problems
+from systemone.media import part_problems
 
 _CHUNK = 1 << 20
 
@@ -42,8 +41,10 @@ async def read_body(request: HttpRequest, limit: int = MAX_BODY_BYTES) -> Body:
         if len(raw) > limit:
             raise RequestTooLarge(len(raw), limit)
     data = decode(bytes(raw), request.headers.get("content-encoding", ""), limit)
-    if request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
-        return await _multipart(data, request.headers)
+    content_type = request.headers.get("content-type", "")
+    if multipart.is_form(content_type):  # read as the sidecar reads it (systemone/multipart.py)
+        form = multipart.read(data, content_type)
+        return Body(form.request, {name: part.content for name, part in form.parts.items()}, multipart=True)
     return Body(data)
 
 
@@ -64,52 +65,6 @@ def decode(data: bytes, encoding: str, limit: int = MAX_BODY_BYTES) -> bytes:
     except zstandard.ZstdError as exc:
         raise InvalidRequest(f"the body is not valid zstd: {exc}", reason="content_encoding") from None
     return bytes(out)
-
-
-class _PartsAsSent(MultiPartParser):
-    """Starlette's parser, keeping a part without a filename as the bytes sent. Its own decodes
-    such a part as text, falling back to latin-1 for bytes that are not UTF-8, and no re-encoding
-    can tell which it used: an asset sent without a filename came back as other bytes."""
-
-    def on_part_end(self) -> None:
-        if self._current_part.file is None:
-            # bytes where starlette's FormData holds str: read back by _multipart alone
-            self.items.append((self._current_part.field_name, bytes(self._current_part.data)))  # type: ignore[arg-type]
-        else:
-            super().on_part_end()
-
-
-async def _multipart(data: bytes, headers: Headers) -> Body:
-    async def stream() -> AsyncGenerator[bytes, None]:  # what MultiPartParser takes
-        yield data
-
-    parser = _PartsAsSent(headers, stream(), max_files=1000, max_fields=1000, max_part_size=MAX_BODY_BYTES)
-    try:
-        form = await parser.parse()
-    except MultiPartException as exc:
-        raise InvalidRequest(f"the multipart body cannot be read: {exc.message}", reason="multipart") from None
-    parts: dict[str, bytes] = {}
-    try:
-        for name, value in form.multi_items():
-            if name in parts:
-                raise ValidationFailed(
-                    [DetailItem(("body", name), f"the multipart body has two parts named {name!r}", "value_error")]
-                )
-            parts[name] = await value.read() if isinstance(value, UploadFile) else bytes(value)  # type: ignore[arg-type]  # _PartsAsSent's bytes
-    finally:
-        await form.close()
-    request = parts.pop(REQUEST_PART, None)
-    if request is None:
-        raise ValidationFailed(
-            [
-                DetailItem(
-                    ("body", REQUEST_PART),
-                    "a multipart body needs a part named 'request' holding the JSON request",
-                    "missing",
-                )
-            ]
-        )
-    return Body(request, parts, multipart=True)
 
 
 def check_parts(ir: Request | Batch, body: Body) -> None:
