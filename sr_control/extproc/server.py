@@ -4,7 +4,8 @@
                   to sidecar data, the members' cards; all on one event loop
     serve()       one worker in this process, or N worker processes sharing the gRPC port
                   (SO_REUSEPORT: the kernel spreads Envoy's connections over them) under this
-                  process, which serves /status, /metrics and /healthz for all of them
+                  process (sr_base/workers.py, the runtime's supervisor too), which serves
+                  /status, /metrics and /healthz for all of them from the workers' reports
 
 SIGTERM drains: the gRPC server stops taking streams, those open finish within ``drain_s``,
 then the worker exits.
