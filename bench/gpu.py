@@ -1,0 +1,818 @@
+"""The runtime on one GPU: seed 001's latency table, throughput against a plain forward, bf16 against fp32.
+
+One prepared script for one lent H200 (docs/runtime/gpu.md), in one run of under 8 minutes.
+Weights are built at random in GPU memory (`Engine.load(..., random_init=SEED)` on a folder that
+`presets.create(..., weights=False)` wrote: config and tokenizer only), never written to disk.
+Two shapes of the `hybrid-prefix-bidir` preset:
+
+- 1b: hidden 2048, 24 layers, the preset's own head counts (the issue-24 measurements' model).
+- 27b: Qwen3.5-27B's published text dimensions (its model card): hidden 5120, 64 layers as 16 x
+  (3 Gated DeltaNet + 1 full attention), MLP 17,408, full attention 24 query / 4 KV heads of 256,
+  Gated DeltaNet 16 QK / 48 V heads of 128. The vocabulary is the preset's tiny one (so the
+  embeddings are not 27B's 1.3B parameters; every layer is). The size of seed 001's d3-turbo.
+
+Sections, most important first; each its own try/except (the error goes into the JSON and the run
+goes on), each under a time cap, none started past the time budget:
+
+  1b.throughput   answer_batch of 1, 8, 32 requests x 4 questions on distinct 512-token states,
+                  against a plain bf16 forward over the same tokens (target: within 1.5x at 32)
+  1b.fp32         bf16 against the fp32 reference path on a seeded corpus: decisions changed, max |dp|
+  1b.state_once   2K x 16 and 8K x 4: state once vs the reference path vs a plain forward (the limit)
+  27b.*           seed 001's latency rows beside its runtime (MI325X) and vLLM columns: 24K x 4,
+                  16 questions, 64K x 2 and 117K x 2 with the long-context opt-in, 1, 4, 64
+                  questions, 16 on a JSON state, a 255-option choice; then the plain forward over
+                  24K tokens and throughput at 1, 8, 32 requests
+
+Every section records torch.cuda.max_memory_allocated. Timings: torch.cuda.synchronize around
+each call, the median of a few runs after a warm-up (one run, no warm-up, for 64K and 117K, as
+seed 001). The JSON is rewritten after every section, so a run cut short keeps what it measured.
+
+    PYTHONUNBUFFERED=1 python3 bench/gpu.py --out $OUT/gpu.json          (one H200: bench/gpu.sh)
+    .venv/bin/python bench/gpu.py --device cpu --small --out /tmp/gpu.json   (seconds on CPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import os
+import platform
+import random
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sr_runtime.engine import Engine
+from sr_runtime.presets import CORPUS, create
+from sr_runtime.prompt import encode_prompts
+from sr_runtime.types import ChoiceQuestion, DecisionRequest, NoulQuestion, Question, Result, ScoreQuestion
+
+PRESET = "hybrid-prefix-bidir"
+SEED = 0
+K = 1024
+
+# Qwen3.5-27B's text model, from its model card (hidden 5120, 64 layers, 16 x (3 x Gated DeltaNet
+# + 1 x gated attention), FFN 17,408; attention 24 Q / 4 KV heads of 256; DeltaNet 16 QK / 48 V
+# heads of 128). transformers 5.17's Qwen3_5TextConfig defaults are the 9B's, so they are spelled here.
+QWEN35_27B = {
+    "intermediate_size": 17408,
+    "num_attention_heads": 24,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 48,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+}
+# The same proportions at --small's width, so the small run patches the config the same way.
+QWEN35_27B_SMALL = {
+    "intermediate_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 6,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+}
+
+# Seed 001, one AMD Instinct MI325X per side: the checkpoint's own runtime (in process) and vLLM
+# (over HTTP), ms, p50 of 3 runs after a warm-up (1 run for 64K-117K).
+SEED_001 = {
+    "1 text question": ("60-61", "30-35"),
+    "4 text questions": ("77-107", "58-85"),
+    "16 text questions": ("176-242", "225-271"),
+    "16 questions, JSON state": ("218", "376"),
+    "64 text questions": ("756", "810"),
+    "255-option choice": ("398", "370"),
+    "24K-token state, 4 questions": ("3,579", "24,862"),
+    "64K-token state, 2 questions": ("10,574", "55,449"),
+    "117K-token state, 2 questions": ("26,275", "168,277"),
+}
+TARGETS = {"16 text questions": 150.0, "24K-token state, 4 questions": 3000.0}  # ms, issue 24
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Token counts and repeats: the H200's, or --small's for a CPU (same code path)."""
+
+    one_b: tuple[int, int]  # hidden, layers
+    big: tuple[int, int]
+    big_dims: dict[str, int]
+    short: int  # seed 001's text states and the throughput states
+    state_2k: int
+    state_8k: int
+    long: dict[str, int]  # 24K, 64K, 117K
+    validated_length: int  # past it, only with the long-context opt-in
+    max_length: int
+    corpus_states: tuple[int, ...]
+    repeats: int
+    budget_s: float
+
+
+FULL = Sizes(
+    one_b=(2048, 24),
+    big=(5120, 64),
+    big_dims=QWEN35_27B,
+    short=512,
+    state_2k=2 * K,
+    state_8k=8 * K,
+    long={"24K": 24 * K, "64K": 64 * K, "117K": 117 * K},
+    validated_length=32 * K,  # d3-turbo's validated_length
+    max_length=128 * K,  # seed 001's --max-model-len 131072
+    corpus_states=(64, 256, 512, 2 * K),
+    repeats=3,
+    budget_s=450,
+)
+SMALL = Sizes(
+    one_b=(64, 4),
+    big=(128, 4),
+    big_dims=QWEN35_27B_SMALL,
+    short=48,
+    state_2k=128,
+    state_8k=256,
+    # The 255-option question block is about 2,800 tokens, so the validated length stays above it.
+    long={"24K": 256, "64K": 3200, "117K": 3584},
+    validated_length=3000,
+    max_length=4 * K,
+    corpus_states=(32, 96),
+    repeats=1,
+    budget_s=120,
+)
+
+
+class SectionTimeout(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: object) -> None:
+    raise SectionTimeout("past the section's time cap")
+
+
+# -- timing and memory ----------------------------------------------------------------------------
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(device: torch.device, call: Callable[[], Any], repeats: int, warm: int = 1) -> tuple[float, Any]:
+    """Median wall ms of `repeats` calls after `warm` untimed ones, and the last call's result."""
+    result = None
+    for _ in range(warm):
+        result = call()
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        result = call()
+        sync(device)
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times), result
+
+
+def gib(n: int) -> float:
+    return round(n / 2**30, 2)
+
+
+def free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+# -- checkpoints and engines ----------------------------------------------------------------------
+
+
+def random_weights_supported() -> bool:
+    """The engine builds weights at random on the device (issue 24); until then --small writes them."""
+    return "random_init" in inspect.signature(Engine.load).parameters and (
+        "weights" in inspect.signature(create).parameters
+    )
+
+
+def checkpoint(root: Path, name: str, hidden: int, layers: int, dims: dict[str, int] | None, sizes: Sizes) -> Path:
+    """The preset's config and tokenizer (no weight files), its lengths raised to seed 001's
+    --max-model-len and d3-turbo's validated_length, and for 27b Qwen3.5-27B's head counts."""
+    if random_weights_supported():
+        path = create(root / name, PRESET, SEED, hidden=hidden, layers=layers, weights=False)  # type: ignore[call-arg]
+    else:
+        if torch.device(ARGS.device).type == "cuda":
+            raise RuntimeError("this engine cannot build random weights on the device (Engine.load random_init)")
+        path = create(root / name, PRESET, SEED, hidden=hidden, layers=layers)
+        dims = None  # the weights written match the preset's own dims
+    config = json.loads((path / "config.json").read_text())
+    config["max_position_embeddings"] = sizes.max_length
+    if dims is not None:
+        config.update(dims)
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    decision = json.loads((path / "decision_config.json").read_text())
+    decision["max_length"] = sizes.max_length
+    decision["validated_length"] = sizes.validated_length
+    (path / "decision_config.json").write_text(json.dumps(decision, indent=2))
+    return path
+
+
+def load(path: Path, dtype: str) -> Engine:
+    options: dict[str, Any] = {"device": ARGS.device, "max_model_len": ARGS.sizes.max_length, "state_cache_bytes": 0}
+    params = inspect.signature(Engine.load).parameters
+    if "dtype" in params:
+        options["dtype"] = dtype
+    if random_weights_supported():
+        options["random_init"] = SEED
+    return Engine.load(path, **options)
+
+
+def dtype_of(engine: Engine) -> str:
+    dtype = getattr(engine, "dtype", None) or next(engine.backbone.model.parameters()).dtype
+    return str(dtype).removeprefix("torch.")
+
+
+def reference_of(engine: Engine) -> Engine:
+    """The reference path (each question one whole forward, dense mask) on the same weights."""
+    return Engine(
+        engine.name,
+        engine.checkpoint,
+        engine.backbone,
+        engine.readout,
+        max_model_len=engine.max_length,
+        state_cache_bytes=0,
+        reference=True,
+        vision=engine.vision,
+        heads=engine.heads,
+    )
+
+
+def parameters(engine: Engine) -> int:
+    return sum(p.numel() for p in engine.backbone.model.parameters())
+
+
+def billions(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e8 else f"{n / 1e6:.2f}M"
+
+
+# -- requests -------------------------------------------------------------------------------------
+
+
+def tokens_of(engine: Engine, state: Any) -> int:
+    return len(engine.checkpoint.tokenizer.encode("".join(engine.layout.state_parts(state))).ids)
+
+
+def sized_text(engine: Engine, tokens: int, seed: int) -> str:
+    """Shuffled corpus words whose state block holds about `tokens` tokens (within 0.5%)."""
+    rng = random.Random(seed)
+    words = CORPUS.split()
+    pool: list[str] = []
+
+    def text(n: int) -> str:
+        while len(pool) < n:
+            pool.extend(rng.sample(words, len(words)))
+        return " ".join(pool[:n])
+
+    n = max(1, tokens // 3)
+    for _ in range(8):
+        got = tokens_of(engine, text(n))
+        if abs(got - tokens) <= max(2, tokens // 200):
+            break
+        n = max(1, round(n * tokens / got))
+    return text(n)
+
+
+def json_state(engine: Engine, tokens: int, seed: int) -> dict[str, Any]:
+    """A JSON object state (a ticket, its history, the account) of about `tokens` tokens."""
+    rng = random.Random(seed)
+    lines = CORPUS.splitlines()
+    state: dict[str, Any] = {"ticket": lines[0], "history": [], "account": {"plan": "business", "seats": 12}}
+    while tokens_of(engine, state) < tokens:
+        state["history"].append({"from": rng.choice(["customer", "agent"]), "text": rng.choice(lines)})
+    return state
+
+
+def questions(n: int, offset: int = 0) -> tuple[Question, ...]:
+    kinds: list[Callable[[int], Question]] = [
+        lambda i: NoulQuestion(f"Does message {i} report a problem that blocks the user's work?"),
+        lambda i: ChoiceQuestion(
+            (
+                ("billing", "Payments, invoices and refunds"),
+                ("engineering", "Outages, errors and bugs"),
+                ("other", None),
+            ),
+            f"Which team should handle request {i}?",
+        ),
+        lambda i: ScoreQuestion(("calm", "annoyed", "angry", "furious"), f"How angry is customer {i}?"),
+    ]
+    return tuple(kinds[(i + offset) % 3](i + offset) for i in range(n))
+
+
+def many_options(n: int) -> ChoiceQuestion:
+    return ChoiceQuestion(tuple((f"queue {i}", None) for i in range(n)), "Which queue should this ticket go to?")
+
+
+def check(results: list[Result]) -> int:
+    """Questions answered (an error in place of an answer fails the row)."""
+    errors = [a for r in results for a in r.answers if hasattr(a, "code")]
+    if errors:
+        raise RuntimeError(f"{len(errors)} questions unanswered, first: {errors[0]}")
+    return sum(len(r.answers) for r in results)
+
+
+def probabilities(answer: Any) -> list[float]:
+    if hasattr(answer, "noul"):
+        return [1 - answer.noul, answer.noul]
+    if hasattr(answer, "choice"):
+        return [p for _, p in answer.probabilities]
+    return list(answer.probabilities)
+
+
+def decision(p: list[float]) -> tuple[int, float]:
+    """The decision (noul >= 0.5, the top choice, a score's most likely level) and its margin
+    over the runner-up."""
+    order = sorted(range(len(p)), key=lambda i: -p[i])
+    return order[0], p[order[0]] - p[order[1]]
+
+
+# -- the sections ---------------------------------------------------------------------------------
+
+
+def plain_forward(engine: Engine, rows: int, width: int) -> float:
+    """ms of one plain forward of the engine's own model over [rows, width] tokens: causal, no
+    cache, no readout; the time the same tokens take with nothing of the runtime around them."""
+    model = engine.backbone.model
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (rows, width), device=engine.backbone.device)
+
+    @torch.inference_mode()
+    def call() -> None:
+        model.base_model(input_ids=ids, use_cache=False)
+
+    ms, _ = timed(engine.backbone.device, call, ARGS.sizes.repeats)
+    return ms
+
+
+def throughput(engine: Engine, counts: tuple[int, ...] = (1, 8, 32), n_questions: int = 4) -> dict[str, Any]:
+    """answer_batch of N requests (what the server's scheduler hands the engine at once) x 4
+    questions on distinct states, against a plain forward of [N, the longest request's tokens]."""
+    states = [sized_text(engine, ARGS.sizes.short, seed=1000 + i) for i in range(max(counts))]
+    out: dict[str, Any] = {"state_tokens": ARGS.sizes.short, "questions_per_request": n_questions}
+    for n in counts:
+        requests = [DecisionRequest(states[i], questions(n_questions, offset=i)) for i in range(n)]
+        ms, results = timed(engine.backbone.device, partial(engine.answer_batch, requests), ARGS.sizes.repeats)
+        check(results)
+        width = max(r.usage.input_tokens for r in results)
+        plain = plain_forward(engine, n, width)
+        out[str(n)] = {
+            "ms": round(ms, 1),
+            "requests_per_s": round(n / ms * 1000, 2),
+            "questions_per_s": round(n * n_questions / ms * 1000, 1),
+            "tokens_per_request": width,
+            "plain_forward_ms": round(plain, 1),
+            "vs_plain": round(ms / plain, 2),
+        }
+        print(f"  {n:>2} requests: {ms:9.1f} ms, plain forward {n} x {width} tokens {plain:8.1f} ms: {ms / plain:.2f}x")
+    return out
+
+
+def corpus(engine: Engine) -> list[DecisionRequest]:
+    """Seeded like seed 001's text set: states of several sizes with 1, 4 and 16 questions, a
+    16-question JSON state, a 40-option and a 255-option choice."""
+    out = [
+        DecisionRequest(sized_text(engine, size, seed=size + n), questions(n, offset=size))
+        for size in ARGS.sizes.corpus_states
+        for n in (1, 4, 16)
+    ]
+    out.append(DecisionRequest(json_state(engine, ARGS.sizes.short, seed=7), questions(16, offset=5)))
+    short = sized_text(engine, ARGS.sizes.short, seed=40)
+    out += [DecisionRequest(short, (many_options(40),)), DecisionRequest(short, (many_options(255),))]
+    return out
+
+
+def fp32_check(engine: Engine, path: Path) -> dict[str, Any]:
+    """This engine (bf16) against the fp32 reference path on the same weights: decisions changed,
+    |dp| (the largest probability difference over a question's options); seed 001's bar: max 0.03."""
+    e32 = load(path, "float32")
+    try:
+        p16, p32 = next(engine.backbone.model.parameters()), next(e32.backbone.model.parameters())
+        # The same seed must give the same weights, rounded: else the comparison measures the seed.
+        same = torch.equal(p16, p32.to(p16.dtype))
+        requests = corpus(engine)
+        reference = reference_of(e32)
+        ref = [reference.answer(r) for r in requests]
+        ours = [engine.answer(r) for r in requests]
+        once32 = [e32.answer(r) for r in requests]
+        n = check(ref)
+        check(ours), check(once32)
+    finally:
+        del e32
+        free(engine.backbone.device)
+    dps, changed, sanity = [], [], 0.0
+    for r, o, s in zip(ref, ours, once32):
+        for a, b, c in zip(r.answers, o.answers, s.answers):
+            pa, pb, pc = probabilities(a), probabilities(b), probabilities(c)
+            dps.append(max(abs(x - y) for x, y in zip(pa, pb)))
+            sanity = max(sanity, max(abs(x - y) for x, y in zip(pa, pc)))
+            (da, margin), (db, _) = decision(pa), decision(pb)
+            if da != db:
+                changed.append(round(margin, 4))
+    out = {
+        "engine_dtype": dtype_of(engine),
+        "weights_match": same,
+        "questions": n,
+        "requests": len(requests),
+        "decisions_changed": len(changed),
+        "reference_margins_of_changed": changed,
+        "median_dp": round(statistics.median(dps), 5),
+        "p90_dp": round(sorted(dps)[int(0.9 * (len(dps) - 1))], 5),
+        "max_dp": round(max(dps), 5),
+        "fp32_state_once_vs_reference_max_dp": float(f"{sanity:.2e}"),
+    }
+    print(
+        f"  {n} questions: {len(changed)} decisions changed (reference margins {changed}), "
+        f"max |dp| {out['max_dp']}, median {out['median_dp']}; weights match: {same}"
+    )
+    return out
+
+
+def state_once(engine: Engine) -> dict[str, Any]:
+    """State once vs the reference path vs a plain forward over the tokens each reads."""
+    reference = reference_of(engine)
+    out: dict[str, Any] = {}
+    for label, size, n in (("2K x 16", ARGS.sizes.state_2k, 16), ("8K x 4", ARGS.sizes.state_8k, 4)):
+        request = DecisionRequest(sized_text(engine, size, seed=size), questions(n))
+        device = engine.backbone.device
+        fast, a = timed(device, partial(engine.answer, request), ARGS.sizes.repeats)
+        slow, b = timed(device, partial(reference.answer, request), ARGS.sizes.repeats)
+        dp = max(abs(x - y) for p, q in zip(a.answers, b.answers) for x, y in zip(probabilities(p), probabilities(q)))
+        block = "".join(engine.layout.state_parts(request.state))
+        prompts = encode_prompts(
+            engine.checkpoint.tokenizer,
+            block,
+            [engine.layout.question_block(q, engine.config.codes) for q in request.questions],
+        )
+        s, qs = len(prompts[0].state), [len(p.question) for p in prompts]
+        once = plain_forward(engine, 1, s + sum(qs))  # the tokens state once reads
+        each = plain_forward(engine, n, s + max(qs))  # the tokens the reference path reads
+        out[label] = {
+            "state_tokens": s,
+            "question_tokens": sum(qs),
+            "state_once_ms": round(fast, 1),
+            "reference_ms": round(slow, 1),
+            "speed_up": round(slow / fast, 2),
+            "token_limit": round(sum(s + q for q in qs) / (s + sum(qs)), 2),
+            "plain_forward_once_ms": round(once, 1),
+            "plain_forward_per_question_ms": round(each, 1),
+            "vs_plain": round(fast / once, 2),
+            "max_dp_vs_reference": float(f"{dp:.2e}"),
+        }
+        print(
+            f"  {label}: state once {fast:.1f} ms, reference {slow:.1f} ms ({slow / fast:.1f}x), "
+            f"plain forward 1 x {s + sum(qs)} {once:.1f} ms / {n} x {s + max(qs)} {each:.1f} ms"
+        )
+    return out
+
+
+def latency(engine: Engine, row: str, request: DecisionRequest, repeats: int, warm: int) -> dict[str, Any]:
+    ms, result = timed(engine.backbone.device, lambda: engine.answer(request), repeats, warm)
+    n = check([result])
+    runtime, vllm = SEED_001[row]
+    out: dict[str, Any] = {
+        "ms": round(ms, 1),
+        "runs": repeats,
+        "questions": n,
+        "input_tokens": result.usage.input_tokens,
+        "seed_runtime_ms": runtime,
+        "seed_vllm_ms": vllm,
+    }
+    if row in TARGETS:
+        out["target_ms"] = TARGETS[row]
+    print(f"  {row}: {ms:.1f} ms ({result.usage.input_tokens} tokens; seed 001: runtime {runtime}, vLLM {vllm})")
+    return out
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+class Run:
+    """Sections in order under one time budget; the report is rewritten after each."""
+
+    def __init__(self, out: Path, sizes: Sizes) -> None:
+        self.start = time.monotonic()
+        self.out = out
+        self.sizes = sizes
+        self.device = torch.device(ARGS.device)
+        self.report: dict[str, Any] = {"meta": meta(sizes), "sections": {}}
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def section(self, name: str, call: Callable[[], Any], cap: float, latest_start: float | None = None) -> Any:
+        """Run one section; its result, or None when it failed or was skipped (recorded either way)."""
+        entry: dict[str, Any] = {}
+        self.report["sections"][name] = entry
+        now = self.elapsed()
+        limit = self.sizes.budget_s if latest_start is None else min(latest_start, self.sizes.budget_s)
+        if now > limit:
+            entry.update(status="skipped", reason=f"started past {limit:.0f} s of the run's time budget")
+            print(f"[{now:6.1f} s] {name}: skipped (past {limit:.0f} s)")
+            self.save()
+            return None
+        # Never past the budget plus a grace, so the run ends inside the caller's timeout.
+        cap = max(1.0, min(cap, self.sizes.budget_s + 30 - now))
+        print(f"[{now:6.1f} s] {name} (cap {cap:.0f} s)")
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            entry["allocated_before_gib"] = gib(torch.cuda.memory_allocated(self.device))
+        began = time.perf_counter()
+        signal.setitimer(signal.ITIMER_REAL, cap)
+        result = None
+        try:
+            result = call()
+            entry["status"] = "ok"
+            if isinstance(result, dict):
+                entry["result"] = result
+        except (Exception, SectionTimeout) as exc:
+            entry["status"] = "error"
+            entry["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+            entry["traceback"] = traceback.format_exc(limit=-6)[-4000:]
+            print(f"  ERROR {entry['error'][:400]}")
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        entry["seconds"] = round(time.perf_counter() - began, 1)
+        if self.device.type == "cuda":
+            entry["peak_gib"] = gib(torch.cuda.max_memory_allocated(self.device))
+        self.save()
+        return result
+
+    def save(self) -> None:
+        self.report["meta"]["elapsed_s"] = round(self.elapsed(), 1)
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.report, indent=2) + "\n")
+        tmp.replace(self.out)
+
+
+def meta(sizes: Sizes) -> dict[str, Any]:
+    def version(name: str) -> str | None:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    device = torch.device(ARGS.device)
+    info: dict[str, Any] = {
+        "device": ARGS.device,
+        "small": ARGS.small,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": version("transformers"),
+        "flash_linear_attention": version("flash-linear-attention"),
+        "fla_importable": importlib.util.find_spec("fla") is not None,
+        "random_weights_on_device": random_weights_supported(),
+        "budget_s": sizes.budget_s,
+        "validated_length": sizes.validated_length,
+        "max_length": sizes.max_length,
+        "shape_27b": "Qwen3.5-27B's published text dims (model card), the preset's tiny vocabulary",
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info |= {"gpu": props.name, "gpu_memory_gib": gib(props.total_memory), "cuda": torch.version.cuda}
+    return info
+
+
+def shape(run: Run, root: Path, name: str, hidden: int, layers: int, dims: dict[str, int] | None) -> Engine | None:
+    def build() -> dict[str, Any]:
+        path = checkpoint(root, name, hidden, layers, dims, run.sizes)
+        start = time.perf_counter()
+        engine = load(path, "bfloat16")
+        sync(run.device)
+        holder[name] = (engine, path)
+        kinds = list(engine.backbone.kinds)
+        out = {
+            "parameters": parameters(engine),
+            "dtype": dtype_of(engine),
+            "hidden": engine.backbone.config.hidden_size,
+            "layers": len(kinds),
+            "full_attention_layers": kinds.count("full_attention"),
+            "load_s": round(time.perf_counter() - start, 1),
+        }
+        print(f"  {billions(out['parameters'])} parameters, {out['dtype']}, {out['layers']} layers, {out['load_s']} s")
+        return out
+
+    holder: dict[str, tuple[Engine, Path]] = {}
+    run.section(f"{name}.load", build, cap=180)
+    return holder[name][0] if name in holder else None
+
+
+def main() -> None:
+    sizes = ARGS.sizes
+    out = Path(ARGS.out or os.path.join(os.environ.get("OUT", "."), "gpu.json"))
+    run = Run(out, sizes)
+    print(f"# bench/gpu.py on {run.report['meta'].get('gpu', ARGS.device)}: {json.dumps(run.report['meta'])}")
+
+    def stop(signum: int, frame: object) -> None:  # the caller's timeout: keep what was measured
+        run.report["meta"]["stopped_by_signal"] = signum
+        run.save()
+        table(run.report)
+        sys.exit(124)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGALRM, _alarm)
+    # The 27b shape must start by then (with its own load) whatever the 1b sections cost.
+    one_b_until = 0.55 * sizes.budget_s
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        engine = shape(run, root, "1b", *sizes.one_b, None)
+        if engine is not None:
+            path = root / "1b"
+            run.section("1b.throughput", lambda: throughput(engine), cap=100, latest_start=one_b_until)
+            run.section("1b.fp32", lambda: fp32_check(engine, path), cap=100, latest_start=one_b_until)
+            run.section("1b.state_once", lambda: state_once(engine), cap=80, latest_start=one_b_until)
+            del engine
+            free(run.device)
+
+        engine = shape(run, root, "27b", *sizes.big, sizes.big_dims)
+        if engine is not None:
+            big = engine
+            long = sizes.long
+            text = {n: sized_text(big, sizes.short, seed=n) for n in (1, 4, 16, 64)}
+            rows: list[tuple[str, Callable[[], DecisionRequest], int, int, float]] = [
+                (
+                    "24K-token state, 4 questions",
+                    lambda: DecisionRequest(sized_text(big, long["24K"], 24), questions(4)),
+                    sizes.repeats,
+                    1,
+                    80,
+                ),
+                ("16 text questions", lambda: DecisionRequest(text[16], questions(16)), sizes.repeats, 1, 40),
+                (
+                    "64K-token state, 2 questions",
+                    lambda: DecisionRequest(sized_text(big, long["64K"], 64), questions(2), long_context=True),
+                    1,
+                    0,
+                    90,
+                ),
+                (
+                    "117K-token state, 2 questions",
+                    lambda: DecisionRequest(sized_text(big, long["117K"], 117), questions(2), long_context=True),
+                    1,
+                    0,
+                    150,
+                ),
+                ("1 text question", lambda: DecisionRequest(text[1], questions(1)), sizes.repeats, 1, 30),
+                ("4 text questions", lambda: DecisionRequest(text[4], questions(4)), sizes.repeats, 1, 30),
+                ("64 text questions", lambda: DecisionRequest(text[64], questions(64)), sizes.repeats, 1, 40),
+                (
+                    "16 questions, JSON state",
+                    lambda: DecisionRequest(json_state(big, sizes.short, 16), questions(16)),
+                    sizes.repeats,
+                    1,
+                    40,
+                ),
+                (
+                    "255-option choice",
+                    lambda: DecisionRequest(text[1], (many_options(255),)),
+                    sizes.repeats,
+                    1,
+                    40,
+                ),
+            ]
+            for row, make, repeats, warm, cap in rows:
+                run.section(
+                    f"27b.{row}",
+                    lambda make=make, row=row, repeats=repeats, warm=warm: latency(big, row, make(), repeats, warm),  # type: ignore[misc]
+                    cap=cap,
+                )
+            run.section("27b.plain_forward_24K", lambda: {"ms": round(plain_forward(big, 1, long["24K"]), 1)}, cap=40)
+            run.section("27b.throughput", lambda: throughput(big), cap=90)
+            del engine, big
+            free(run.device)
+    run.report["meta"]["finished"] = True
+    run.save()
+    table(run.report)
+
+
+def table(report: dict[str, Any]) -> None:
+    """The compact table, printed last (the device tool returns the end of the output)."""
+    sections = report["sections"]
+
+    def get(name: str) -> dict[str, Any]:
+        return sections.get(name, {}).get("result") or {}
+
+    def status(name: str) -> str:
+        entry = sections.get(name)
+        if entry is None:
+            return "not run"
+        if entry["status"] == "ok":
+            return ""
+        return f"{entry['status']}: {entry.get('error', entry.get('reason', ''))[:70]}"
+
+    def peak(name: str) -> str:
+        value = sections.get(name, {}).get("peak_gib")
+        return "" if value is None else f"{value}"
+
+    lines = [("what", "ours", "target / seed runtime", "seed vLLM", "peak GiB")]
+    for shape_name in ("1b", "27b"):
+        load_ = get(f"{shape_name}.load")
+        if load_:
+            lines.append(
+                (
+                    f"{shape_name}: {billions(load_['parameters'])}, {load_['dtype']}",
+                    f"load {load_['load_s']} s",
+                    "",
+                    "",
+                    peak(f"{shape_name}.load"),
+                )
+            )
+        elif status(f"{shape_name}.load"):
+            lines.append((f"{shape_name}.load", status(f"{shape_name}.load"), "", "", ""))
+    tp = get("1b.throughput")
+    for n in ("1", "8", "32"):
+        if n in tp:
+            r = tp[n]
+            lines.append(
+                (
+                    f"1b answer_batch {n} x 4q",
+                    f"{r['ms']} ms = {r['vs_plain']}x plain {r['plain_forward_ms']}",
+                    "<= 1.5x plain" if n == "32" else "",
+                    "",
+                    peak("1b.throughput") if n == "32" else "",
+                )
+            )
+    if status("1b.throughput"):
+        lines.append(("1b.throughput", status("1b.throughput"), "", "", ""))
+    fp = get("1b.fp32")
+    if fp:
+        lines.append(
+            (
+                f"1b {fp['engine_dtype']} vs fp32 reference",
+                f"{fp['decisions_changed']}/{fp['questions']} changed, max |dp| {fp['max_dp']}",
+                "0 changed, <= 0.03",
+                "",
+                peak("1b.fp32"),
+            )
+        )
+    elif status("1b.fp32"):
+        lines.append(("1b.fp32", status("1b.fp32"), "", "", ""))
+    for label, r in get("1b.state_once").items():
+        lines.append(
+            (
+                f"1b {label}: once / ref / plain",
+                f"{r['state_once_ms']} / {r['reference_ms']} / {r['plain_forward_once_ms']} ms",
+                f"limit {r['token_limit']}x",
+                "",
+                peak("1b.state_once"),
+            )
+        )
+    if status("1b.state_once"):
+        lines.append(("1b.state_once", status("1b.state_once"), "", "", ""))
+    for row, (runtime, vllm) in SEED_001.items():
+        name = f"27b.{row}"
+        r = get(name)
+        target = f"<= {TARGETS[row]:.0f} / " if row in TARGETS else ""
+        ours = f"{r['ms']} ms" if r else (status(name) or "not run")
+        lines.append((f"27b {row}", ours, f"{target}{runtime}", vllm, peak(name)))
+    plain = get("27b.plain_forward_24K")
+    if plain:
+        lines.append(("27b plain forward 1 x 24K", f"{plain['ms']} ms", "", "", peak("27b.plain_forward_24K")))
+    tp = get("27b.throughput")
+    for n in ("1", "8", "32"):
+        if n in tp:
+            lines.append((f"27b answer_batch {n} x 4q", f"{tp[n]['requests_per_s']} req/s", "", "", ""))
+    widths = [max(len(str(line[i])) for line in lines) for i in range(5)]
+    print(f"\n# bench/gpu.py: {report['meta'].get('gpu', report['meta']['device'])}, {report['meta']['elapsed_s']} s")
+    for line in lines:
+        print("  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip())
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--small", action="store_true", help="tiny shapes and few repeats: seconds on a CPU")
+    parser.add_argument("--out", default=None, help="the JSON report (default: $OUT/gpu.json)")
+    parser.add_argument("--budget", type=float, default=None, help="seconds after which no section starts")
+    args = parser.parse_args()
+    sizes = SMALL if args.small else FULL
+    if args.budget is not None:
+        sizes = Sizes(**{**sizes.__dict__, "budget_s": args.budget})
+    args.sizes = sizes
+    return args
+
+
+if __name__ == "__main__":
+    ARGS = parse()
+    main()
