@@ -63,4 +63,12 @@ def catalog(config: RouterConfig) -> ModelCatalog:
     for pool in config.pools:
         if pool not in decision:
             decision.append(pool)
+    # A virtual model (docs/decide/) is an LLM model that speaks the API of the models it
+    # routes to (one API: the router does not translate; sr_control/decide/checks.py says so).
+    for name, vm in config.virtual_models.items():
+        spoken = [formats[m] for r in vm.routes for m in r.models if m in formats]
+        if name not in llm and name not in decision:
+            llm.append(name)
+            if spoken:
+                formats[name] = spoken[0]
     return ModelCatalog(tuple(llm), tuple(decision), formats)

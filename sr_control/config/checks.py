@@ -17,6 +17,7 @@ from sr_control.apis import REGISTRY, UnknownApiError
 from sr_control.config.catalog import ModelCatalog, api_kind, catalog
 from sr_control.config.errors import Loc
 from sr_control.config.model import ApiSettings, RouterConfig
+from sr_control.decide import checks as decide_checks
 from systemone import schemas
 from systemone.generated.fields import PRESETS
 from systemone.generated.strip import REFUSE
@@ -273,6 +274,11 @@ def _check_apis(ctx: Context, loc: Loc, apis: dict[str, ApiSettings], models: Mo
                 )
 
 
+def check_decide(ctx: Context) -> Iterator[Finding]:
+    """Signals, virtual models, routes and judges (docs/decide/), cards as the file declares them."""
+    yield from decide_checks.check_decide(ctx.config, ctx.ignored)
+
+
 CHECKS: tuple[Check, ...] = (
     check_provider_models,
     check_deployments,
@@ -280,6 +286,7 @@ CHECKS: tuple[Check, ...] = (
     check_pools,
     check_model_names,
     check_listeners,
+    check_decide,
 )
 
 

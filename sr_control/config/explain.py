@@ -7,6 +7,8 @@ from typing import Any
 from sr_control.apis import LLM_APIS, REGISTRY
 from sr_control.config.catalog import catalog
 from sr_control.config.model import ApiSettings, Listener, RouterConfig
+from sr_control.decide.request import kind_of
+from sr_control.decide.rules import compile_virtual_model, condition_text
 
 
 def offered_apis(listener: Listener) -> list[tuple[str, ApiSettings]]:
@@ -36,7 +38,40 @@ def explain(config: RouterConfig) -> dict[str, Any]:
                 }
             )
         listeners.append({"name": listener.name, "address": listener.address, "port": listener.port, "apis": apis})
-    return {"version": config.version, "listeners": listeners}
+    out: dict[str, Any] = {"version": config.version, "listeners": listeners}
+    if config.virtual_models:
+        out["virtual_models"] = _virtual_models(config)
+    return out
+
+
+def _virtual_models(config: RouterConfig) -> list[dict[str, Any]]:
+    """Each virtual model's routes in the order they are tried, and the calls it makes."""
+    out = []
+    for name, vm in config.virtual_models.items():
+        plan = compile_virtual_model(name, vm, config.signals, config.judges)
+        asks: dict[str, list[str]] = {}
+        for signal_name, signal in plan.signals.items():
+            if signal.asks_model:
+                asks.setdefault(signal.model, []).append(f"{signal_name} ({kind_of(signal)})")
+        out.append(
+            {
+                "name": name,
+                "routes": [
+                    {
+                        "name": r.name,
+                        "priority": r.priority,
+                        "when": condition_text(r.when),
+                        "models": list(r.models),
+                        "judge": r.judge,
+                    }
+                    for _, r in plan.routes
+                ],
+                "default": vm.default,
+                "calls": [{"model": model, "signals": names} for model, names in asks.items()],
+                "keywords": [s for s, signal in plan.signals.items() if not signal.asks_model],
+            }
+        )
+    return out
 
 
 def explain_text(explained: dict[str, Any]) -> str:
@@ -54,4 +89,16 @@ def explain_text(explained: dict[str, Any]) -> str:
             lines.append(f"    models: {', '.join(api['models']) if api['models'] else '(none)'}")
             for key, value in api["settings"].items():
                 lines.append(f"    {key}: {value}")
+    for vm in explained.get("virtual_models", ()):
+        lines.append(f"virtual model {vm['name']} (routes in the order tried)")
+        for r in vm["routes"]:
+            judge = f", judge {r['judge']}" if r["judge"] else ""
+            lines.append(
+                f"  {r['name']} [priority {r['priority']}]: {r['when']} -> {' then '.join(r['models'])}{judge}"
+            )
+        lines.append(f"  no route fires -> {vm['default'] or '(an error: no default)'}")
+        for call in vm["calls"]:
+            lines.append(f"  one call to {call['model']}: {', '.join(call['signals'])}")
+        if vm["keywords"]:
+            lines.append(f"  keyword signals (no call): {', '.join(vm['keywords'])}")
     return "\n".join(lines) + "\n"

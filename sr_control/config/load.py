@@ -28,15 +28,25 @@ from sr_control.config.marked import Marked, YamlSyntaxError, from_round_trip, r
 from sr_control.config.model import (
     CURRENT_VERSION,
     Deployment,
+    Judge,
     Listener,
     Pool,
     ProviderModel,
     Providers,
     RouterConfig,
+    Signal,
+    VirtualModel,
 )
 from sr_control.config.reread import Rereader
 
-_SECTIONS = ("version", "providers", "deployments", "pools", "listeners")
+_SECTIONS = ("version", "providers", "deployments", "pools", "listeners", "signals", "virtual_models", "judges")
+
+
+_DECIDE_SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
+    ("signals", Signal),
+    ("virtual_models", VirtualModel),
+    ("judges", Judge),
+)
 
 
 @dataclass
@@ -170,6 +180,8 @@ def _validate(data: dict[str, Any], problem: _Problems) -> RouterConfig:
     parts["listeners"], listener_index = _validate_list(
         data.get("listeners"), ("listeners",), Listener, problem, ignored
     )
+    # The Decide path's sections (docs/decide/config.md), entry by entry like the others.
+    decide = {key: _validate_map(data.get(key), (key,), model, problem, ignored) for key, model in _DECIDE_SECTIONS}
 
     partial = RouterConfig.model_construct(
         version=CURRENT_VERSION,
@@ -177,6 +189,9 @@ def _validate(data: dict[str, Any], problem: _Problems) -> RouterConfig:
         deployments=parts["deployments"],
         pools=parts["pools"],
         listeners=parts["listeners"],
+        signals=decide["signals"],
+        virtual_models=decide["virtual_models"],
+        judges=decide["judges"],
     )
     ctx = checks.Context(partial, frozenset(ignored), tuple(listener_index), tuple(provider_index))
     for loc, message in checks.run_checks(ctx):

@@ -193,6 +193,214 @@ class Listener(_Section):
     auth: ListenerAuth | None = None
 
 
+# ---------------------------------------------------------------------------- the Decide path
+# Signals, virtual models, routes and judges (docs/decide/config.md). Shapes only here; names
+# and references (a route naming a signal that exists, an option of its choice) are checked in
+# ``sr_control/decide/checks.py``, which sees the whole file.
+
+# The state's part names (seed 000 rule 6), then the request turn's media (seed 002's
+# ``input.image`` / ``input.video``).
+Part = Literal[
+    "request", "history", "previous_turns", "previous_answer", "tool_results", "candidate", "answer", "context"
+]
+MediaInput = Literal["image", "video"]
+SignalType = Literal["noul", "choice", "score", "set", "span"]
+# The tests a condition makes, by the kind of signal each reads.
+TEST_KEYS: Final = ("noul", "score", "choice", "set", "span", "keyword")
+BOUNDS: Final = ("above", "at_least", "below", "at_most")
+_HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+# Headers a rewrite may not set: the router's own, and those Envoy or the provider's key own.
+_RESERVED_HEADERS = ("host", "content-length", "authorization", "x-api-key", "transfer-encoding")
+
+
+class Signal(_Section):
+    """A named question about the conversation, asked of a decision model, or (``keyword``) a
+    regular expression over its parts, which asks no model."""
+
+    type: SignalType | None = None  # None: the preset's type (or a keyword signal)
+    preset: str | None = Field(default=None, min_length=1)
+    instructions: str | None = Field(default=None, min_length=1)
+    # choice: {option: description}; noul: {"true": ..., "false": ...}; score: levels, low to
+    # high; set and span: {label: description}. A description may be null.
+    criteria: dict[str, str | None] | list[str] | None = None
+    keyword: str | None = Field(default=None, min_length=1)
+    input: list[Part | MediaInput] = Field(default=["request"], min_length=1)
+    model: Name = "vllm-sr/auto"
+    timeout_ms: int = Field(default=1000, gt=0, le=600_000)
+    # What an unknown answer means to a test of this signal: false or true (the test's value),
+    # skip (a route that tests it is passed over), or for a choice signal one of its options.
+    on_unknown: bool | str = "skip"
+
+    @model_validator(mode="after")
+    def _shape(self) -> Signal:
+        if self.keyword is not None:
+            given = [f for f in ("type", "preset", "instructions", "criteria") if getattr(self, f) is not None]
+            given += [f for f in ("model", "timeout_ms", "on_unknown") if f in self.model_fields_set]
+            if given:
+                raise ValueError(f"a keyword signal asks no model; drop {', '.join(given)}")
+            try:
+                re.compile(self.keyword)
+            except re.error as exc:
+                raise ValueError(f"keyword {self.keyword!r} is not a regular expression: {exc}") from None
+            if "answer" in self.input:
+                raise ValueError("a keyword signal reads the request's parts; answer is a judge's input")
+            return self
+        if self.type is None and self.preset is None:
+            raise ValueError("give type (noul, choice, score, set or span), preset, or keyword")
+        if self.preset is None and self.instructions is None:
+            raise ValueError(f"a {self.type} signal without a preset needs instructions")
+        if self.type is not None:
+            _check_criteria(self.type, self.criteria)
+        if isinstance(self.on_unknown, str) and self.on_unknown != "skip" and self.type not in (None, "choice"):
+            raise ValueError(
+                f"on_unknown {self.on_unknown!r}: a default answer is for choice signals; use false, true or skip"
+            )
+        return self
+
+    @property
+    def asks_model(self) -> bool:
+        return self.keyword is None
+
+
+def _check_criteria(kind: str, criteria: dict[str, str | None] | list[str] | None) -> None:
+    if criteria is None:
+        if kind in ("choice", "score", "set", "span"):
+            raise ValueError(f"a {kind} signal without a preset needs criteria")
+        return
+    if kind == "score":
+        if not isinstance(criteria, list) or len(criteria) < 2:
+            raise ValueError("a score signal's criteria are its levels, low to high: a list of at least 2")
+    elif not isinstance(criteria, dict):
+        raise ValueError(f"a {kind} signal's criteria map each {_WHAT[kind]} to its description")
+    elif kind == "choice" and len(criteria) < 2:
+        raise ValueError("a choice signal needs at least 2 options")
+    elif kind in ("set", "span") and not criteria:
+        raise ValueError(f"a {kind} signal needs at least 1 label")
+    elif kind == "noul" and set(criteria) - {"true", "false"}:
+        raise ValueError("a noul signal's criteria are 'true' and 'false'")
+
+
+_WHAT = {"choice": "option", "noul": "answer", "set": "label", "span": "label"}
+
+
+class Condition(_Section):
+    """One test of a signal's answer, or ``all``/``any``/``not`` over other conditions.
+
+    ``{noul: s, above: 0.7}``, ``{score: s, at_least: 2}``, ``{choice: s, is: billing}`` (or a
+    list: any of them), ``{set: s, contains: refund}``, ``{span: s}`` or ``{span: s, label:
+    email}`` (a span present), ``{keyword: s}`` (it matched)."""
+
+    noul: Name | None = None
+    score: Name | None = None
+    choice: Name | None = None
+    set: Name | None = None
+    span: Name | None = None
+    keyword: Name | None = None
+    all: list[Condition] | None = Field(default=None, min_length=1)
+    any: list[Condition] | None = Field(default=None, min_length=1)
+    not_: Condition | None = Field(default=None, alias="not")
+    above: float | None = None
+    at_least: float | None = None
+    below: float | None = None
+    at_most: float | None = None
+    is_: str | list[str] | None = Field(default=None, alias="is")
+    contains: str | None = None
+    label: str | None = None
+
+    @model_validator(mode="after")
+    def _one_test(self) -> Condition:
+        kinds = [k for k in (*TEST_KEYS, "all", "any") if getattr(self, k) is not None]
+        kinds += ["not"] if self.not_ is not None else []
+        if len(kinds) != 1:
+            said = f"it gives {', '.join(kinds)}" if kinds else "it gives none"
+            raise ValueError(
+                f"a condition is exactly one of noul, score, choice, set, span, keyword, all, any and not ({said})"
+            )
+        kind = kinds[0]
+        allowed = {
+            "noul": BOUNDS,
+            "score": BOUNDS,
+            "choice": ("is_",),
+            "set": ("contains",),
+            "span": ("label",),
+        }.get(kind, ())
+        extra = [f for f in (*BOUNDS, "is_", "contains", "label") if getattr(self, f) is not None and f not in allowed]
+        if extra:
+            names = ", ".join("is" if f == "is_" else f for f in extra)
+            raise ValueError(f"{names} does not apply to a {kind} condition")
+        if kind == "score" and self.bounds == ():
+            raise ValueError("a score condition needs a threshold: above, at_least, below or at_most")
+        if kind == "choice" and self.is_ is None:
+            raise ValueError("a choice condition needs is: an option, or a list of options")
+        if kind == "set" and self.contains is None:
+            raise ValueError("a set condition needs contains: a label")
+        return self
+
+    @property
+    def kind(self) -> str:
+        names = (*TEST_KEYS, "all", "any", "not")
+        return next(k for k in names if getattr(self, "not_" if k == "not" else k) is not None)
+
+    @property
+    def signal(self) -> str | None:
+        return next((getattr(self, k) for k in TEST_KEYS if getattr(self, k) is not None), None)
+
+    @property
+    def bounds(self) -> tuple[tuple[str, float], ...]:
+        return tuple((b, getattr(self, b)) for b in BOUNDS if getattr(self, b) is not None)
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        return (self.is_,) if isinstance(self.is_, str) else tuple(self.is_ or ())
+
+
+def _header_name(value: str) -> str:
+    if not _HEADER.match(value):
+        raise ValueError(f"{value!r} is not an HTTP header name")
+    low = value.lower()
+    if low in _RESERVED_HEADERS or low.startswith("x-vsr-") or low.startswith("x-envoy-"):
+        raise ValueError(f"{value!r} is the router's or Envoy's to set; a rewrite cannot set it")
+    return value
+
+
+class Rewrite(_Section):
+    """What the router changes in the LLM request when its route fires (besides ``model``)."""
+
+    system_prompt: str | None = Field(default=None, min_length=1)  # replaces the request's own
+    headers: dict[Annotated[str, AfterValidator(_header_name)], str] = {}
+
+
+class Route(_Section):
+    """A rule: when its condition holds, the request goes to its model (a list: tried in order)."""
+
+    name: Name
+    when: Condition | None = None  # None: always
+    model: Name | list[Name] = Field(min_length=1)
+    rewrite: Rewrite | None = None
+    priority: int = 0  # higher first; equal priorities keep file order
+    judge: Name | None = None  # a judge of ``judges``: may escalate to the next model
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return (self.model,) if isinstance(self.model, str) else tuple(self.model)
+
+
+class VirtualModel(_Section):
+    """A name a client sends as ``model`` that means "decide": its routes choose the LLM."""
+
+    routes: list[Route] = Field(min_length=1)
+    default: Name | None = None  # where a request goes when no route fires; None: an error
+
+
+class Judge(_Section):
+    """After the chosen model answers: escalate to the route's next model when ``when`` holds
+    (it tests signals over ``answer``), while the deadline allows."""
+
+    when: Condition
+    deadline_ms: int = Field(default=30_000, gt=0, le=3_600_000)  # since the request came in
+    max_escalations: int = Field(default=1, ge=1, le=16)
+
+
 class RouterConfig(_Section):
     """A whole router config file, format version 2."""
 
@@ -201,3 +409,7 @@ class RouterConfig(_Section):
     deployments: dict[Name, Deployment] = {}
     pools: dict[Name, Pool] = {}
     listeners: list[Listener] = []
+    # The Decide path (docs/decide/): additions, so format 2 reads them with no migration.
+    signals: dict[Name, Signal] = {}
+    virtual_models: dict[Name, VirtualModel] = {}
+    judges: dict[Name, Judge] = {}

@@ -115,6 +115,15 @@ def test_schema_exports_the_config_json_schema(cli, tmp_path: Path) -> None:  # 
     out = tmp_path / "schema.json"
     assert cli("config", "schema", "-o", str(out)).returncode == 0
     schema = json.loads(out.read_text())
-    assert set(schema["properties"]) == {"version", "providers", "deployments", "pools", "listeners"}
+    assert set(schema["properties"]) == {
+        "version",
+        "providers",
+        "deployments",
+        "pools",
+        "listeners",
+        "signals",
+        "virtual_models",
+        "judges",
+    }
     deployment = schema["$defs"]["Deployment"]["properties"]
     assert deployment["schema"]["default"] == "systemone/0.2" and deployment["max_concurrency"]["default"] == 8

@@ -184,7 +184,7 @@ CASES = [
     (
         "unknown section",
         "routes: []\n",
-        "c.yaml:11:1: error: routes: unknown section 'routes' (sections: version, providers, deployments, pools, listeners)",
+        "c.yaml:11:1: error: routes: unknown section 'routes' (sections: version, providers, deployments, pools, listeners, signals, virtual_models, judges)",
     ),
     (
         "unknown pool member",
@@ -359,7 +359,8 @@ def test_merge_keys_are_read() -> None:
 
 def test_a_file_that_is_not_a_mapping() -> None:
     assert _problems("- a\n- b\n") == [
-        "c.yaml:1:1: error: a router config is a mapping of sections (version, providers, deployments, pools, listeners), not a list"
+        "c.yaml:1:1: error: a router config is a mapping of sections (version, providers, deployments, pools, listeners, "
+        "signals, virtual_models, judges), not a list"
     ]
 
 
