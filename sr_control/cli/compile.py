@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -18,12 +18,12 @@ from sr_control.compiler.protos import PUSH_ORDER, TYPE_NAMES
 from sr_control.config import load as loader
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     text = "text"
     json = "json"
 
 
-class Ads(str, Enum):
+class Ads(StrEnum):
     sotw = "sotw"
     delta = "delta"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -23,7 +23,7 @@ app = typer.Typer(help="Validate, migrate and explain router configs.", no_args_
 app.command("compile")(compile_command)
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     text = "text"
     json = "json"
 
@@ -95,7 +95,8 @@ def migrate(
 ) -> None:
     """Migrate a config to the current format.
 
-    Keeps comments, key order and quoting. Without -o or --in-place the result is printed. Running it twice changes nothing.
+    Keeps comments, key order and quoting. Without -o or --in-place the result is printed. Running it
+    twice changes nothing.
     """
     if output is not None and in_place:
         raise fail("error: give either --output or --in-place, not both", EXIT_UNREADABLE)

@@ -48,7 +48,10 @@ def serve(
     socket: Annotated[
         str,
         typer.Option(
-            help="Serve ext_proc on this Unix socket (absolute path, created mode 0600) instead of --host/--port: only this user's processes, Envoy beside it, can connect.",
+            help=(
+                "Serve ext_proc on this Unix socket (absolute path, created mode 0600) instead of --host/--port: "
+                "only this user's processes, Envoy beside it, can connect."
+            ),
             show_default=False,
         ),
     ] = "",
@@ -77,7 +80,9 @@ def serve(
     version_wait_ms: Annotated[
         int,
         typer.Option(
-            help="How long a request waits for a config version the sidecar has not received; then 503 with Retry-After.",
+            help=(
+                "How long a request waits for a config version the sidecar has not received; then 503 with Retry-After."
+            ),
             min=0,
             max=60_000,
         ),
@@ -88,7 +93,10 @@ def serve(
     forwarding: Annotated[
         str,
         typer.Option(
-            help="Who calls a vllm-sr/5.0 member. auto: Envoy where its cluster balances several hosts (a Kubernetes Service's pods), else the sidecar; envoy: always Envoy; sidecar: always the sidecar."
+            help=(
+                "Who calls a vllm-sr/5.0 member. auto: Envoy where its cluster balances several hosts "
+                "(a Kubernetes Service's pods), else the sidecar; envoy: always Envoy; sidecar: always the sidecar."
+            )
         ),
     ] = "auto",
     drain_s: Annotated[

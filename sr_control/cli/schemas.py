@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -27,7 +27,7 @@ RootOption = Annotated[
 ]
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     text = "text"
     json = "json"
 
@@ -101,7 +101,9 @@ def drift(
     source: Annotated[
         str,
         typer.Argument(
-            help="A published document: a file or an http(s) URL (OpenAPI JSON/YAML, or the SDK's generated models.py).",
+            help=(
+                "A published document: a file or an http(s) URL (OpenAPI JSON/YAML, or the SDK's generated models.py)."
+            ),
             show_default=False,
         ),
     ],

@@ -55,8 +55,8 @@ def check(
     ],
     path: Annotated[str, typer.Option("--path", help=f"The request path: {', '.join(PATHS)}.")] = "/v1/systemone",
     header: Annotated[
-        list[str], typer.Option("--header", "-H", help="A request header, NAME: VALUE (repeatable).")
-    ] = [],
+        list[str] | None, typer.Option("--header", "-H", help="A request header, NAME: VALUE (repeatable).")
+    ] = None,
 ) -> None:
     """Decide a request exactly as a listener with SCHEMA would, and print why.
 
@@ -67,7 +67,8 @@ def check(
         codec = REGISTRY.listener(schema)
     except UnknownSchemaError as exc:
         raise fail(f"error: --schema: {exc}", EXIT_UNREADABLE) from None
-    body, headers = _body(file), _headers(header)
+    # Typer gives None, not [], when --header is absent.
+    body, headers = _body(file), _headers(header or [])
     try:
         req = codec.read(path, body, headers)
     except ProtocolError as exc:
@@ -101,8 +102,9 @@ def plan(
         str, typer.Option("--target", help="The upstream's schema: systemone/0.2 or vllm-sr/5.0.", show_default=False)
     ],
     deviation: Annotated[
-        list[str], typer.Option("--deviation", help=f"A deviation to apply ({', '.join(DEVIATIONS)}); repeatable.")
-    ] = [],
+        list[str] | None,
+        typer.Option("--deviation", help=f"A deviation to apply ({', '.join(DEVIATIONS)}); repeatable."),
+    ] = None,
     max_concurrency: Annotated[
         int, typer.Option("--max-concurrency", min=1, max=1024, help="Split calls running at once.")
     ] = 8,
@@ -115,9 +117,10 @@ def plan(
 
     Exit 0 with the calls, 1 when the request is refused (read or planned), 2 on unusable input.
     """
+    deviations = tuple(deviation or ())
     try:
         codec, client = REGISTRY.listener(listener), REGISTRY.client(target)
-        for name in deviation:
+        for name in deviations:
             if not REGISTRY.deviation(name).applies(target):
                 raise fail(f"error: --deviation {name} does not apply to {target}", EXIT_UNREADABLE)
     except UnknownSchemaError as exc:
@@ -125,7 +128,7 @@ def plan(
     try:
         req = codec.read(path, _body(file), ())
         call_plan = client.plan(
-            req.ir, Target(target, model, tuple(deviation), max_concurrency, "/v1/systemone"), Policy(deadline_ms)
+            req.ir, Target(target, model, deviations, max_concurrency, "/v1/systemone"), Policy(deadline_ms)
         )
     except ProtocolError as exc:
         answer = codec.answer_error(exc)

@@ -48,7 +48,10 @@ def serve(
     settle: Annotated[
         float,
         typer.Option(
-            help="Seconds a config written in place must hold still before it is read; a file renamed over it is read at once.",
+            help=(
+                "Seconds a config written in place must hold still before it is read; "
+                "a file renamed over it is read at once."
+            ),
             min=0.0,
             max=60.0,
         ),
@@ -60,14 +63,20 @@ def serve(
     kubeconfig: Annotated[
         Path | None,
         typer.Option(
-            help="Discover Service-backed deployments' pods with this kubeconfig. Default: in a Kubernetes pod, its service account; elsewhere, no discovery.",
+            help=(
+                "Discover Service-backed deployments' pods with this kubeconfig. "
+                "Default: in a Kubernetes pod, its service account; elsewhere, no discovery."
+            ),
             show_default=False,
         ),
     ] = None,
     namespace: Annotated[
         str | None,
         typer.Option(
-            help="Namespace of Services named without one. Default: the pod's own namespace (or the kubeconfig context's).",
+            help=(
+                "Namespace of Services named without one. "
+                "Default: the pod's own namespace (or the kubeconfig context's)."
+            ),
             show_default=False,
         ),
     ] = None,
