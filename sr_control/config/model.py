@@ -200,10 +200,18 @@ class Listener(_Section):
 
 # The state's part names (seed 000 rule 6), then the request turn's media (seed 002's
 # ``input.image`` / ``input.video``).
-Part = Literal[
-    "request", "history", "previous_turns", "previous_answer", "tool_results", "candidate", "answer", "context"
+Input = Literal[
+    "request",
+    "history",
+    "previous_turns",
+    "previous_answer",
+    "tool_results",
+    "candidate",
+    "answer",
+    "context",
+    "image",
+    "video",
 ]
-MediaInput = Literal["image", "video"]
 SignalType = Literal["noul", "choice", "score", "set", "span"]
 # The tests a condition makes, by the kind of signal each reads.
 TEST_KEYS: Final = ("noul", "score", "choice", "set", "span", "keyword")
@@ -224,7 +232,7 @@ class Signal(_Section):
     # high; set and span: {label: description}. A description may be null.
     criteria: dict[str, str | None] | list[str] | None = None
     keyword: str | None = Field(default=None, min_length=1)
-    input: list[Part | MediaInput] = Field(default=["request"], min_length=1)
+    input: list[Input] = Field(default=["request"], min_length=1)
     model: Name = "vllm-sr/auto"
     timeout_ms: int = Field(default=1000, gt=0, le=600_000)
     # What an unknown answer means to a test of this signal: false or true (the test's value),
