@@ -171,20 +171,40 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed(device: torch.device, call: Callable[[], Any], repeats: int, warm: int = 1) -> tuple[float, Any]:
-    """Median wall ms of `repeats` calls after `warm` untimed ones, and the last call's result."""
+# When the running section's time cap ends (time.monotonic()): timed() cuts its repeats to fit.
+SECTION_ENDS = [float("inf")]
+
+
+@dataclass(frozen=True)
+class Timing:
+    ms: float  # the median
+    runs: int
+    result: Any
+
+
+def timed(device: torch.device, call: Callable[[], Any], repeats: int, warm: int = 1) -> Timing:
+    """Median wall ms of `repeats` calls after `warm` untimed ones; fewer calls when that many
+    would not end inside the section's time cap (by the slowest call so far), never none."""
     result = None
+    slowest = 0.0
     for _ in range(warm):
+        start = time.perf_counter()
         result = call()
-    sync(device)
-    times = []
+        sync(device)
+        slowest = max(slowest, time.perf_counter() - start)
+    times: list[float] = []
     for _ in range(repeats):
+        if times and time.monotonic() + 1.2 * slowest > SECTION_ENDS[0]:
+            break
         sync(device)
         start = time.perf_counter()
         result = call()
         sync(device)
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times), result
+        times.append(time.perf_counter() - start)
+        slowest = max(slowest, times[-1])
+        if len(times) == 1 and time.monotonic() + 1.2 * slowest > SECTION_ENDS[0]:
+            break
+    return Timing(statistics.median(times) * 1000, len(times), result)
 
 
 def gib(n: int) -> float:
@@ -361,8 +381,7 @@ def plain_forward(engine: Engine, rows: int, width: int) -> float:
     def call() -> None:
         model.base_model(input_ids=ids, use_cache=False)
 
-    ms, _ = timed(engine.backbone.device, call, ARGS.sizes.repeats)
-    return ms
+    return timed(engine.backbone.device, call, ARGS.sizes.repeats).ms
 
 
 def throughput(engine: Engine, counts: tuple[int, ...] = (1, 8, 32), n_questions: int = 4) -> dict[str, Any]:
@@ -372,7 +391,8 @@ def throughput(engine: Engine, counts: tuple[int, ...] = (1, 8, 32), n_questions
     out: dict[str, Any] = {"state_tokens": ARGS.sizes.short, "questions_per_request": n_questions}
     for n in counts:
         requests = [DecisionRequest(states[i], questions(n_questions, offset=i)) for i in range(n)]
-        ms, results = timed(engine.backbone.device, partial(engine.answer_batch, requests), ARGS.sizes.repeats)
+        timing = timed(engine.backbone.device, partial(engine.answer_batch, requests), ARGS.sizes.repeats)
+        ms, results = timing.ms, timing.result
         check(results)
         width = max(r.usage.input_tokens for r in results)
         plain = plain_forward(engine, n, width)
@@ -455,8 +475,9 @@ def state_once(engine: Engine) -> dict[str, Any]:
     for label, size, n in (("2K x 16", ARGS.sizes.state_2k, 16), ("8K x 4", ARGS.sizes.state_8k, 4)):
         request = DecisionRequest(sized_text(engine, size, seed=size), questions(n))
         device = engine.backbone.device
-        fast, a = timed(device, partial(engine.answer, request), ARGS.sizes.repeats)
-        slow, b = timed(device, partial(reference.answer, request), ARGS.sizes.repeats)
+        once = timed(device, partial(engine.answer, request), ARGS.sizes.repeats)
+        whole = timed(device, partial(reference.answer, request), ARGS.sizes.repeats)
+        (fast, a), (slow, b) = (once.ms, once.result), (whole.ms, whole.result)
         dp = max(abs(x - y) for p, q in zip(a.answers, b.answers) for x, y in zip(probabilities(p), probabilities(q)))
         block = "".join(engine.layout.state_parts(request.state))
         prompts = encode_prompts(
@@ -487,12 +508,14 @@ def state_once(engine: Engine) -> dict[str, Any]:
 
 
 def latency(engine: Engine, row: str, request: DecisionRequest, repeats: int, warm: int) -> dict[str, Any]:
-    ms, result = timed(engine.backbone.device, lambda: engine.answer(request), repeats, warm)
+    timing = timed(engine.backbone.device, partial(engine.answer, request), repeats, warm)
+    ms, result = timing.ms, timing.result
     n = check([result])
     runtime, vllm = SEED_001[row]
     out: dict[str, Any] = {
         "ms": round(ms, 1),
-        "runs": repeats,
+        "runs": timing.runs,
+        "warm_up_runs": warm,
         "questions": n,
         "input_tokens": result.usage.input_tokens,
         "seed_runtime_ms": runtime,
@@ -539,6 +562,7 @@ class Run:
             entry["allocated_before_gib"] = gib(torch.cuda.memory_allocated(self.device))
         began = time.perf_counter()
         signal.setitimer(signal.ITIMER_REAL, cap)
+        SECTION_ENDS[0] = time.monotonic() + cap
         result = None
         try:
             result = call()
@@ -552,6 +576,8 @@ class Run:
             print(f"  ERROR {entry['error'][:400]}")
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+            SECTION_ENDS[0] = float("inf")
+        free(self.device)  # what a failed section held, and the allocator's cache between sections
         entry["seconds"] = round(time.perf_counter() - began, 1)
         if self.device.type == "cuda":
             entry["peak_gib"] = gib(torch.cuda.max_memory_allocated(self.device))
@@ -564,6 +590,20 @@ class Run:
         tmp = self.out.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.report, indent=2) + "\n")
         tmp.replace(self.out)
+
+
+def linear_attention_kernels() -> dict[str, str]:
+    """Which implementation transformers' Qwen3.5 layers call for each linear-attention step: the
+    package's kernel (fla, causal_conv1d) when it imported, else the torch reference path."""
+    from transformers.models.qwen3_5 import modeling_qwen3_5
+
+    out = {}
+    for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn"):
+        fn = getattr(modeling_qwen3_5, name, None)
+        cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ()))) if fn else {}
+        impl = cells.get("implementation")
+        out[name] = f"{impl.__module__}.{impl.__name__}" if callable(impl) else "unknown"
+    return out
 
 
 def meta(sizes: Sizes) -> dict[str, Any]:
@@ -582,6 +622,7 @@ def meta(sizes: Sizes) -> dict[str, Any]:
         "transformers": version("transformers"),
         "flash_linear_attention": version("flash-linear-attention"),
         "fla_importable": importlib.util.find_spec("fla") is not None,
+        "transformers_linear_attention": linear_attention_kernels(),
         "random_weights_on_device": random_weights_supported(),
         "budget_s": sizes.budget_s,
         "validated_length": sizes.validated_length,
