@@ -291,7 +291,8 @@ class Stack:
             for child in self._children:
                 if child.process.poll() is not None:
                     raise StackError(
-                        f"{child.name} exited with code {child.process.returncode} while starting; its log ({child.log}) ends:\n{child.tail()}"
+                        f"{child.name} exited with code {child.process.returncode} while starting; its log "
+                        f"({child.log}) ends:\n{child.tail()}"
                     )
             if ready():
                 _log.info("ready", part=name)
@@ -540,7 +541,11 @@ class Environments:
     def of(cls, config: RouterConfig, environ: Mapping[str, str], runtime_key: str) -> Environments:
         from sr_control.apis import REGISTRY
 
-        listener_vars = {l.auth.keys_env for l in config.listeners if l.auth is not None and l.auth.keys_env}
+        listener_vars = {
+            listener.auth.keys_env
+            for listener in config.listeners
+            if listener.auth is not None and listener.auth.keys_env
+        }
         deployment_vars = {d.api_key_env for d in config.deployments.values() if d.api_key_env}
         member_vars = {
             m.api_key_env
@@ -607,8 +612,9 @@ def _check_runtime_key(config: RouterConfig, runtime_port: int, path: Path) -> N
             and dep.api_key_env != RUNTIME_KEY_ENV
         ):
             raise StackError(
-                f"{path}: deployments.{name} reaches the stack's runtime ({dep.endpoint}), which answers only callers holding "
-                f"the key the stack makes at each start: give it `api_key_env: {RUNTIME_KEY_ENV}` (or start with --reset-config)"
+                f"{path}: deployments.{name} reaches the stack's runtime ({dep.endpoint}), which answers "
+                "only callers holding the key the stack makes at each start: give it `api_key_env: "
+                f"{RUNTIME_KEY_ENV}` (or start with --reset-config)"
             )
 
 

@@ -45,9 +45,9 @@ def static_bootstrap(config: RouterConfig, settings: Settings = Settings()) -> B
     """Every resource inline: for ``envoy --mode validate`` and for running without a control plane."""
     listeners = []
     data = SidecarData(config)
-    for l in config.listeners:
-        offer = listener_offer(config, l)
-        version = Resource.of(names.sidecar(l.name), typed_struct(data.payload(offer))).version
+    for listener_config in config.listeners:
+        offer = listener_offer(config, listener_config)
+        version = Resource.of(names.sidecar(listener_config.name), typed_struct(data.payload(offer))).version
         listeners.append(listener(offer, route_config=route_configuration(config, offer, version)))
     # No control plane serves endpoints here: a Service-backed deployment resolves the Service's DNS name.
     doc = fill(

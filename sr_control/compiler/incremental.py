@@ -27,6 +27,7 @@ import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from sr_control.compiler import names
@@ -109,9 +110,9 @@ class Recompiler:
         changed = frozenset(m for m, d in self._definitions.items() if definitions.of(m) != d)
         data = SidecarData(config)
         units: dict[str, _ListenerUnit] = {}
-        for l in config.listeners:
-            unit = self._listener(config, l, models, changed, data)
-            units[l.name] = unit
+        for listener_config in config.listeners:
+            unit = self._listener(config, listener_config, models, changed, data)
+            units[listener_config.name] = unit
             sidecar, routes, listener = unit.resources
             by_type[SIDECAR].append(sidecar)
             by_type[ROUTE].append(routes)
@@ -128,36 +129,38 @@ class Recompiler:
     def _listener(
         self,
         config: config_model.RouterConfig,
-        l: config_model.Listener,
+        listener_config: config_model.Listener,
         models: ModelCatalog,
         changed: frozenset[str],
         data: SidecarData,
     ) -> _ListenerUnit:
-        old = self._listeners.get(l.name)
-        same = old is not None and (old.listener is l or old.listener == l)
-        # What the listener offers changes with the listener, or with the models the file
-        # defines (an API that lists none serves every model of its kind).
-        offer = old.offer if same and old.models is models else listener_offer(config, l, models)  # type: ignore[union-attr]  # `same` holds only when `old` is set
-        if same and (offer is old.offer or offer == old.offer) and changed.isdisjoint(old.served):  # type: ignore[union-attr]  # `same` holds only when `old` is set
-            self.reused += 1
-            if old.listener is l and old.models is models:  # type: ignore[union-attr]
-                return old  # type: ignore[return-value]  # `same` holds only when `old` is set
-            return _ListenerUnit(l, models, offer, old.served, old.resources)  # type: ignore[union-attr]
+        old = self._listeners.get(listener_config.name)
+        if old is not None and (old.listener is listener_config or old.listener == listener_config):
+            # What the listener offers changes with the listener, or with the models the file
+            # defines (an API that lists none serves every model of its kind).
+            offer = old.offer if old.models is models else listener_offer(config, listener_config, models)
+            if (offer is old.offer or offer == old.offer) and changed.isdisjoint(old.served):
+                self.reused += 1
+                if old.listener is listener_config and old.models is models:
+                    return old
+                return _ListenerUnit(listener_config, models, offer, old.served, old.resources)
+        else:
+            offer = listener_offer(config, listener_config, models)
         self.built += 1
         served = frozenset(m for o in offer.offers for m in o.models)
-        return _ListenerUnit(l, models, offer, served, _listener_resources(config, offer, data))
+        return _ListenerUnit(listener_config, models, offer, served, _listener_resources(config, offer, data))
 
     def _all_clusters(self, config: config_model.RouterConfig) -> dict[str, _ClusterUnit]:
         units: dict[str, _ClusterUnit] = {}
         for name, dep in config.deployments.items():
             units[names.deployment_cluster(name)] = self._cluster(
-                names.deployment_cluster(name), (name, dep), lambda: deployment_cluster(name, dep, self.settings)
+                names.deployment_cluster(name), (name, dep), partial(deployment_cluster, name, dep, self.settings)
             )
         for index, model in enumerate(config.providers.models):
             units[names.provider_cluster(model.name)] = self._cluster(
                 names.provider_cluster(model.name),
                 (index, model),
-                lambda: provider_cluster(model, index, self.settings),
+                partial(provider_cluster, model, index, self.settings),
             )
         return units
 

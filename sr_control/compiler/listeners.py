@@ -21,17 +21,21 @@ from sr_control.compiler.templates import fill
 
 
 def listener(offer: ListenerOffer, *, route_config: dict[str, Any] | None = None) -> dict[str, Any]:
-    l = offer.listener
-    rds = None if route_config is not None else fill("listener/rds", route_config_name=names.route(l.name))
+    listener_config = offer.listener
+    rds = (
+        None if route_config is not None else fill("listener/rds", route_config_name=names.route(listener_config.name))
+    )
     return fill(
         "listener/listener",
-        name=names.listener(l.name),
-        address=l.address,
-        port=l.port,
+        name=names.listener(listener_config.name),
+        address=listener_config.address,
+        port=listener_config.port,
         buffer_limit=BUFFER_LIMIT,
-        stat_prefix=l.name,
-        access_log=fill("listener/access_log", listener=l.name),
-        outcomes_log=fill("listener/outcomes_log", listener=l.name, sidecar_cluster=names.SIDECAR_CLUSTER),
+        stat_prefix=listener_config.name,
+        access_log=fill("listener/access_log", listener=listener_config.name),
+        outcomes_log=fill(
+            "listener/outcomes_log", listener=listener_config.name, sidecar_cluster=names.SIDECAR_CLUSTER
+        ),
         rds=rds,
         route_config=route_config,
         local_reply_config=local_reply_config(offer),
@@ -42,7 +46,7 @@ def listener(offer: ListenerOffer, *, route_config: dict[str, Any] | None = None
                 sidecar_cluster=names.SIDECAR_CLUSTER,
                 message_timeout=duration(_message_timeout_ms(offer)),
             ),
-            *([client_credentials_stripped()] if l.auth is not None else []),
+            *([client_credentials_stripped()] if listener_config.auth is not None else []),
             fill("listener/router"),
         ],
     )

@@ -78,7 +78,7 @@ def guess_indent(text: str) -> tuple[int, int, int]:
     """
     mapping: Counter[int] = Counter()
     sequence: Counter[tuple[int, int]] = Counter()
-    content = [l for l in text.splitlines() if l.strip() and not l.lstrip().startswith("#")]
+    content = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     for line, nxt in zip(content, content[1:]):
         if not line.split(" #")[0].rstrip().endswith(":"):
             continue

@@ -192,7 +192,8 @@ def _describe(exc: Exception, namespace: str) -> str:
     if status == 403:
         return (
             f"forbidden (403): this control plane may not list and watch endpointslices in namespace {namespace!r}; "
-            "grant its ServiceAccount list and watch on discovery.k8s.io endpointslices there (the chart's discovery.namespaces)"
+            "grant its ServiceAccount list and watch on discovery.k8s.io endpointslices there (the chart's "
+            "discovery.namespaces)"
         )
     if status is not None:
         return f"HTTP {status} {getattr(exc, 'reason', '')}".strip()

@@ -13,13 +13,19 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.config_version = Gauge(
             "vsr_config_version",
-            "The config version served (label), valued by its generation: 1 for the first version this process served, then 2, 3, ...",
+            (
+                "The config version served (label), valued by its generation: 1 for the first version this "
+                "process served, then 2, 3, ..."
+            ),
             ["version"],
             registry=self.registry,
         )
         self.reloads = Counter(
             "vsr_config_reload",
-            "Config reloads by result: ok (a new version is served), unchanged (same resources), invalid, unreadable, error (unexpected; traceback in the log).",
+            (
+                "Config reloads by result: ok (a new version is served), unchanged (same resources), invalid, "
+                "unreadable, error (unexpected; traceback in the log)."
+            ),
             ["result"],
             registry=self.registry,
         )

@@ -17,7 +17,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from typing import Any, Union
+from typing import Any
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc
@@ -29,7 +29,7 @@ from sr_control.xds.hooks import Hooks, Protocol, StreamInfo
 from sr_control.xds.sotw import SotwStream
 from sr_control.xds.stream import REMOVAL_GRACE
 
-Stream = Union[SotwStream, DeltaStream]
+Stream = SotwStream | DeltaStream
 # A whole config for 1,000 listeners is a few MiB; grpcio refuses messages over 4 MiB by default.
 MAX_MESSAGE = 64 * 1024 * 1024
 # Envoys and sidecars connected at once; see docs/xds/serve.md for sizing.

@@ -222,7 +222,7 @@ class Stream:
                 want = self._want(t, state, snapshot, final)
                 done = (want == state.held and not state.answer_due) or want in state.refused
                 plan.append((t, final, want, done))
-        for t, final, want, done in plan:
+        for t, final, want, _done in plan:
             state = self._types[t]
             if final and state.refused and want == state.held:
                 # The node refused a version and the snapshot is back to what it holds: it is in
