@@ -178,20 +178,23 @@ SECTION_ENDS = [float("inf")]
 @dataclass(frozen=True)
 class Timing:
     ms: float  # the median
-    runs: int
+    runs: int  # 0: the warm-up run alone (compilation and autotuning included)
     result: Any
 
 
 def timed(device: torch.device, call: Callable[[], Any], repeats: int, warm: int = 1) -> Timing:
     """Median wall ms of `repeats` calls after `warm` untimed ones; fewer calls when that many
-    would not end inside the section's time cap (by the slowest call so far), never none."""
+    would not end inside the section's time cap (by the slowest call so far)."""
     result = None
     slowest = 0.0
     for _ in range(warm):
+        sync(device)
         start = time.perf_counter()
         result = call()
         sync(device)
         slowest = max(slowest, time.perf_counter() - start)
+    if warm and time.monotonic() + 1.2 * slowest > SECTION_ENDS[0]:
+        return Timing(slowest * 1000, 0, result)  # no time for another: the warm-up's time, runs 0 says so
     times: list[float] = []
     for _ in range(repeats):
         if times and time.monotonic() + 1.2 * slowest > SECTION_ENDS[0]:
@@ -202,8 +205,6 @@ def timed(device: torch.device, call: Callable[[], Any], repeats: int, warm: int
         sync(device)
         times.append(time.perf_counter() - start)
         slowest = max(slowest, times[-1])
-        if len(times) == 1 and time.monotonic() + 1.2 * slowest > SECTION_ENDS[0]:
-            break
     return Timing(statistics.median(times) * 1000, len(times), result)
 
 
