@@ -234,11 +234,13 @@ def compare(ours: Surface, theirs: Surface) -> list[str]:
                 out.append(f"{component}.{name}: type: ours {ours_m.type}, published {theirs_m.type}")
             if ours_m.required != theirs_m.required:
                 out.append(
-                    f"{component}.{name}: ours {'requires' if ours_m.required else 'does not require'} it, the published document {'does' if theirs_m.required else 'does not'}"
+                    f"{component}.{name}: ours {'requires' if ours_m.required else 'does not require'} it, "
+                    f"the published document {'does' if theirs_m.required else 'does not'}"
                 )
             if ours_m.bounds != theirs_m.bounds:
                 out.append(
-                    f"{component}.{name}: bounds: ours {dict(ours_m.bounds) or 'none'}, published {dict(theirs_m.bounds) or 'none'}"
+                    f"{component}.{name}: bounds: ours {dict(ours_m.bounds) or 'none'}, published "
+                    f"{dict(theirs_m.bounds) or 'none'}"
                 )
         for name in published:
             if name not in members:

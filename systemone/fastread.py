@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import GenericAlias, MappingProxyType
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
@@ -29,7 +29,7 @@ from systemone.rules import Reading
 
 _NO_EXTENSIONS = JsonObject()
 _NO_ASSETS: Mapping[str, Any] = MappingProxyType({})
-_TEXT = Union[str, dict, list]  # "text": a string, an object or an array
+_TEXT = str | dict | list  # "text": a string, an object or an array
 _CONTAINERS = frozenset({dict, list})
 _BOUNDS = {
     "min_items": "min_length",
@@ -40,7 +40,7 @@ _BOUNDS = {
 }
 _NOUL_CRITERIA = msgspec.defstruct(
     "NoulCriteria",
-    [(side, Union[_TEXT, None, msgspec.UnsetType], msgspec.UNSET) for side in F.STANDARD_NOUL_CRITERIA],
+    [(side, _TEXT | None | msgspec.UnsetType, msgspec.UNSET) for side in F.STANDARD_NOUL_CRITERIA],
     forbid_unknown_fields=True,
 )
 
@@ -71,12 +71,12 @@ def _type(expr: str, bounds: Mapping[str, Any] | None = None) -> Any:
         return None
     if bounds:
         base = Annotated[base, msgspec.Meta(**{_BOUNDS[k]: v for k, v in bounds.items()})]
-    return Optional[base] if t.nullable else base
+    return base | None if t.nullable else base
 
 
 def _struct(name: str, fields: list[tuple[str, Any, bool]], **options: Any) -> Any:
     """A Struct that refuses unknown members; (name, type, required) for each field."""
-    spec = [(f, tp) if required else (f, Union[tp, msgspec.UnsetType], msgspec.UNSET) for f, tp, required in fields]
+    spec = [(f, tp) if required else (f, tp | msgspec.UnsetType, msgspec.UNSET) for f, tp, required in fields]
     spec.sort(key=len)  # required fields first, as Python signatures want
     return msgspec.defstruct(name, spec, forbid_unknown_fields=True, **options)
 

@@ -156,7 +156,10 @@ def _preset_only(question: Question, reading: Reading, found: Found, at: Loc) ->
     if not reading.legacy:
         found.bad(
             at + ("preset",),
-            "a question with a preset carries its own instructions and criteria in vllm-sr/5.0 (a preset alone is a vllm-sr/4.0 form)",
+            (
+                "a question with a preset carries its own instructions and criteria in vllm-sr/5.0 (a preset "
+                "alone is a vllm-sr/4.0 form)"
+            ),
             "missing",
         )
         return

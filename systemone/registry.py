@@ -55,7 +55,7 @@ def check(
 ) -> list[str]:
     """Every problem with the tables at once."""
     problems = []
-    for sid, codec in [*listeners.items(), *clients.items()]:
+    for sid in [*listeners, *clients]:
         if sid not in schemas.SCHEMAS:
             problems.append(f"codec for unregistered schema {sid!r}")
     for sid, codec in listeners.items():

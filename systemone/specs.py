@@ -248,7 +248,10 @@ def _conflicts(specs: SpecSet) -> Iterator[str]:
     for (level, name), defs in by_key.items():
         files = [d.spec for d in defs]
         if STANDARD_FILE in files and EXTENSIONS_FILE in files:
-            yield f"{level}.{name}: defined by {STANDARD_FILE} and again by {EXTENSIONS_FILE}; an extension may not redefine a standard field"
+            yield (
+                f"{level}.{name}: defined by {STANDARD_FILE} and again by {EXTENSIONS_FILE}; an extension may "
+                "not redefine a standard field"
+            )
         if len(set(files)) != len(files):
             dup = sorted({f for f in files if files.count(f) > 1})
             yield f"{level}.{name}: defined twice in {', '.join(dup)}"
@@ -277,7 +280,9 @@ def _since_rules(specs: SpecSet, by_key: Mapping[tuple[str, str], list[FieldDef]
         if str(f["since"]) == "4.0" and not present:
             yield f"{level}.{f['name']}: the extension set says since 4.0, but {LEGACY_FILE} does not define it"
         if str(f["since"]) != "4.0" and present:
-            yield f"{level}.{f['name']}: the extension set says since {f['since']}, but {LEGACY_FILE} already defines it"
+            yield (
+                f"{level}.{f['name']}: the extension set says since {f['since']}, but {LEGACY_FILE} already defines it"
+            )
     claimed = {m for form in specs.legacy_forms for m in form.get("members", ())}
     for d in specs.defs:
         if d.spec != LEGACY_FILE or d.level not in _SHARED_LEVELS:
@@ -289,7 +294,10 @@ def _since_rules(specs: SpecSet, by_key: Mapping[tuple[str, str], list[FieldDef]
             if any(x.spec == spec for x in by_key.get(key, ()))
         }
         if not known and f"{d.level}.{d.name}" not in claimed:
-            yield f"{d.level}.{d.name}: {LEGACY_FILE} defines it, but it is neither standard, an extension nor a listed legacy form"
+            yield (
+                f"{d.level}.{d.name}: {LEGACY_FILE} defines it, but it is neither standard, an extension nor a "
+                "listed legacy form"
+            )
 
 
 def _keys(level: str, name: str, specs: SpecSet) -> list[tuple[str, str]]:

@@ -264,7 +264,9 @@ def chart_schema() -> dict[str, Any]:
                     "resources": _any_obj("Container resources."),
                     "secretEnv": {
                         "type": "object",
-                        "description": "Environment variable name -> {secretName, key}: keys the config names by variable.",
+                        "description": (
+                            "Environment variable name -> {secretName, key}: keys the config names by variable."
+                        ),
                         "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
                         "additionalProperties": _secret_ref("One variable's Secret."),
                     },
@@ -282,7 +284,9 @@ def chart_schema() -> dict[str, Any]:
             ),
             "runtimes": {
                 "type": "object",
-                "description": "Runtime groups by name (the name of their Deployment and Service); each overrides runtimeDefaults.",
+                "description": (
+                    "Runtime groups by name (the name of their Deployment and Service); each overrides runtimeDefaults."
+                ),
                 "propertyNames": {"pattern": DNS_LABEL},
                 "additionalProperties": {"anyOf": [{"type": "null"}, _obj(RUNTIME_GROUP, "A runtime group.")]},
             },

@@ -173,7 +173,7 @@ class NliReader:
             rows += own
         margins = self.model.margins(rows, stop)
         out = []
-        for start, own, spans, questions, flat in plans:
+        for start, own, spans, questions, _flat in plans:
             ds = [float(difference(margins, start + s, n).max()) for s, n in spans]
             answers, i = [], 0
             for q in questions:

@@ -14,8 +14,9 @@ padding; an ONNX model runs its chunks side by side, each on one onnxruntime thr
 threads are fixed when the session is made), as many at once as the server's heaviest round
 may use (threads.py), even in a light round: a chunk is an independent run of 10 ms or more, not
 a string of small operations that a second thread slows, so a one-question request's four rows
-take two cores instead of one (on 2 cores, 52 ms of CPU a question). A row's margin does not depend on what shares its batch beyond float
-rounding: the float32 graph has no per-batch activation scale.
+take two cores instead of one (on 2 cores, 52 ms of CPU a question). A row's margin does not
+depend on what shares its batch beyond float rounding: the float32 graph has no per-batch
+activation scale.
 """
 
 from __future__ import annotations
