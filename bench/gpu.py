@@ -373,7 +373,7 @@ def decision(p: list[float]) -> tuple[int, float]:
 # -- the sections ---------------------------------------------------------------------------------
 
 
-def plain_forward(engine: Engine, rows: int, width: int) -> float:
+def plain_forward(engine: Engine, rows: int, width: int, repeats: int | None = None) -> float:
     """ms of one plain forward of the engine's own model over [rows, width] tokens: causal, no
     cache, no readout; the time the same tokens take with nothing of the runtime around them."""
     model = engine.backbone.model
@@ -384,14 +384,16 @@ def plain_forward(engine: Engine, rows: int, width: int) -> float:
     def call() -> None:
         model.base_model(input_ids=ids, use_cache=False)
 
-    return timed(engine.backbone.device, call, ARGS.sizes.repeats).ms
+    return timed(engine.backbone.device, call, repeats or ARGS.sizes.repeats).ms
 
 
-def throughput(engine: Engine, counts: tuple[int, ...] = (1, 8, 32), n_questions: int = 4) -> dict[str, Any]:
+def throughput(engine: Engine, out: dict[str, Any], counts: tuple[int, ...] = (1, 8, 32)) -> dict[str, Any]:
     """answer_batch of N requests (what the server's scheduler hands the engine at once) x 4
-    questions on distinct states, against a plain forward of [N, the longest request's tokens]."""
+    questions on distinct states, against a plain forward of [N, the longest request's tokens].
+    Fills `out` as it goes (a section cut short keeps the counts it measured)."""
+    n_questions = 4
     states = [sized_text(engine, ARGS.sizes.short, seed=1000 + i) for i in range(max(counts))]
-    out: dict[str, Any] = {"state_tokens": ARGS.sizes.short, "questions_per_request": n_questions}
+    out |= {"state_tokens": ARGS.sizes.short, "questions_per_request": n_questions}
     for n in counts:
         requests = [DecisionRequest(states[i], questions(n_questions, offset=i)) for i in range(n)]
         timing = timed(engine.backbone.device, partial(engine.answer_batch, requests), ARGS.sizes.repeats)
@@ -491,10 +493,9 @@ def fp32_check(engine: Engine, path: Path) -> dict[str, Any]:
     return out
 
 
-def state_once(engine: Engine) -> dict[str, Any]:
-    """State once vs the reference path vs a plain forward over the tokens each reads."""
+def state_once(engine: Engine, out: dict[str, Any]) -> dict[str, Any]:
+    """State once vs the reference path vs a plain forward over the tokens each reads (fills `out`)."""
     reference = reference_of(engine)
-    out: dict[str, Any] = {}
     for label, size, n in (("2K x 16", ARGS.sizes.state_2k, 16), ("8K x 4", ARGS.sizes.state_8k, 4)):
         request = DecisionRequest(sized_text(engine, size, seed=size), questions(n))
         device = engine.backbone.device
@@ -569,8 +570,16 @@ class Run:
     def elapsed(self) -> float:
         return time.monotonic() - self.start
 
-    def section(self, name: str, call: Callable[[], Any], cap: float, latest_start: float | None = None) -> Any:
-        """Run one section; its result, or None when it failed or was skipped (recorded either way)."""
+    def section(
+        self,
+        name: str,
+        call: Callable[[], Any],
+        cap: float,
+        latest_start: float | None = None,
+        keep: dict[str, Any] | None = None,
+    ) -> Any:
+        """Run one section; its result, or None when it failed or was skipped (recorded either way).
+        `keep`: the dict the section fills as it goes, reported even when it fails part way."""
         entry: dict[str, Any] = {}
         self.report["sections"][name] = entry
         now = self.elapsed()
@@ -600,6 +609,8 @@ class Run:
             entry["error"] = f"{type(exc).__name__}: {exc}"[:2000]
             entry["traceback"] = traceback.format_exc(limit=-6)[-4000:]
             print(f"  ERROR {entry['error'][:400]}")
+            if keep:
+                entry["result"] = keep
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             SECTION_ENDS[0] = float("inf")
@@ -682,7 +693,16 @@ def shape(
             "full_attention_layers": kinds.count("full_attention"),
             "load_s": round(time.perf_counter() - start, 1),
         }
-        print(f"  {billions(out['parameters'])} parameters, {out['dtype']}, {out['layers']} layers, {out['load_s']} s")
+        # Kernels compile and autotune for this shape's head counts on first use: here, not in
+        # the first timed section's warm-up (a request with two questions, and a plain forward).
+        start = time.perf_counter()
+        check([engine.answer(DecisionRequest(sized_text(engine, run.sizes.short, seed=1), questions(2)))])
+        plain_forward(engine, 1, run.sizes.short, repeats=1)
+        out["first_use_s"] = round(time.perf_counter() - start, 1)
+        print(
+            f"  {billions(out['parameters'])} parameters, {out['dtype']}, {out['layers']} layers, "
+            f"load {out['load_s']} s, first use {out['first_use_s']} s"
+        )
         return out
 
     run.section(section or f"{name}.load", build, cap=180)
@@ -744,7 +764,10 @@ def main() -> None:
         if engine is not None:
             one_b = engine
             until = 0.4 * sizes.budget_s
-            run.section("1b.throughput", lambda: throughput(one_b), cap=100, latest_start=until)
+            measured: dict[str, Any] = {}
+            run.section(
+                "1b.throughput", lambda: throughput(one_b, measured), cap=100, latest_start=until, keep=measured
+            )
             run.section("1b.fp32", lambda: fp32_check(one_b, root / "1b"), cap=100, latest_start=until)
             del engine, one_b
             free(run.device)
@@ -758,7 +781,10 @@ def main() -> None:
             run.section(
                 "27b.plain_forward_24K", lambda: {"ms": round(plain_forward(big, 1, sizes.long["24K"]), 1)}, cap=40
             )
-            run.section("27b.throughput", lambda: throughput(big, sizes.big_counts), cap=90)
+            big_measured: dict[str, Any] = {}
+            run.section(
+                "27b.throughput", lambda: throughput(big, big_measured, sizes.big_counts), cap=90, keep=big_measured
+            )
             del engine, big
             free(run.device)
 
@@ -766,7 +792,8 @@ def main() -> None:
         engine = shape(run, root, "1b", *sizes.one_b, None, section="1b.reload")
         if engine is not None:
             again = engine
-            run.section("1b.state_once", lambda: state_once(again), cap=80)
+            compared: dict[str, Any] = {}
+            run.section("1b.state_once", lambda: state_once(again, compared), cap=80, keep=compared)
             del engine, again
             free(run.device)
     run.report["meta"]["finished"] = True
@@ -800,7 +827,7 @@ def table(report: dict[str, Any]) -> None:
             lines.append(
                 (
                     f"{shape_name}: {billions(load_['parameters'])}, {load_['dtype']}",
-                    f"load {load_['load_s']} s",
+                    f"load {load_['load_s']} s, first use {load_.get('first_use_s')} s",
                     "",
                     "",
                     peak(f"{shape_name}.load"),
