@@ -44,8 +44,10 @@ def route(
     ] = None,
     format: Annotated[Format, typer.Option("--format", "-f", help="text for people, json for programs.")] = Format.text,
 ) -> None:
-    """Show what the Decide path would do with REQUEST: the System One request it sends, the
-    answers, the route that fires and the model, asking the live decision models (never the LLM).
+    """Show what the Decide path would do with an LLM request.
+
+    Prints the System One request it sends, the answers, the route that fires and the model,
+    asking the live decision models (never the LLM).
 
     Exit 0 with a model chosen; 1 when the Decide path refuses the request (not a virtual
     model, not a conversation, no route fired and no default); 2 when a file cannot be used.
