@@ -58,15 +58,15 @@ def check(
     for sid in [*listeners, *clients]:
         if sid not in schemas.SCHEMAS:
             problems.append(f"codec for unregistered schema {sid!r}")
-    for sid, codec in listeners.items():
-        if codec.schema != sid:
-            problems.append(f"listener codec {codec.schema!r} registered as {sid!r}")
-    for sid, codec in clients.items():
-        if codec.id != sid:
-            problems.append(f"client codec {codec.id!r} registered as {sid!r}")
-        if not codec.stateless:
+    for sid, listener in listeners.items():
+        if listener.schema != sid:
+            problems.append(f"listener codec {listener.schema!r} registered as {sid!r}")
+    for sid, client in clients.items():
+        if client.id != sid:
+            problems.append(f"client codec {client.id!r} registered as {sid!r}")
+        if not client.stateless:
             problems.append(f"client codec {sid!r} is not stateless")
-        path, digest = codec.spec
+        path, digest = client.spec
         if not _SHA256.match(digest):
             problems.append(f"client codec {sid!r}: spec {path} has no sha256")
     for sid in schemas.SCHEMAS:
