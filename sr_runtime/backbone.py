@@ -89,8 +89,18 @@ class Backbone:
         self.read_layer = len(self.kinds) - 1 if self.kinds[-1] == "full_attention" else -1
         self.tail = LastTokenTail(model, self.read_layer) if self.read_layer >= 0 else None
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The weights' and activations' dtype (every pass runs in it)."""
+        return self.model.dtype
+
     @classmethod
-    def load(cls, path: Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Backbone:
+    def load(
+        cls, path: Path, device: str = "cpu", dtype: torch.dtype = torch.float32, random_init: int | None = None
+    ) -> Backbone:
+        """The checkpoint's weights in `dtype` on `device`; with `random_init` (a seed) none are
+        read: the model is built from config.json right on the device, initialised at random
+        the way transformers initialises it (benchmarks of shapes no file holds)."""
         # Start-up noise (weight-loading progress bars, "falling back to the PyTorch GDN kernel")
         # would bury the one line an operator needs; transformers errors still raise.
         hf_logging.set_verbosity_error()
@@ -107,13 +117,20 @@ class Backbone:
             raise CheckpointError(
                 f"unsupported layer types {odd} in {path}/config.json (supported: {', '.join(LAYER_KINDS)})"
             )
+        target = torch.device(device)
+        if random_init is not None:
+            torch.manual_seed(random_init)  # every device's generator
+            # Parameters are created, and initialised, on the device in `dtype`: a 27B shape
+            # never exists in host memory or in float32.
+            with target:
+                model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+            return cls(model.eval(), target)
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 path, dtype=dtype, attn_implementation="sdpa", local_files_only=True
             )
         except (OSError, ValueError, RuntimeError) as exc:
             raise CheckpointError(f"cannot load the weights in {path}: {exc}".splitlines()[0]) from None
-        target = torch.device(device)
         # transformers decorates PreTrainedModel.to with functools.wraps(Module.to), and typeshed's
         # _Wrapped keeps the unbound signature, so a checker wants the model as the first argument.
         return cls(model.to(target).eval(), target)  # type: ignore[arg-type]

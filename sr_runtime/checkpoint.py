@@ -316,8 +316,11 @@ def zero_shot_config(tokenizer: Tokenizer, model_config: dict[str, Any], base_mo
     )
 
 
-def read_checkpoint(path: Path) -> Checkpoint:
-    """Read and check a model folder's decision config and tokenizer (the weights load later)."""
+def read_checkpoint(path: Path, *, weights: bool = True) -> Checkpoint:
+    """Read and check a model folder's decision config and tokenizer (the weights load later).
+
+    `weights=False`: a folder of configs and tokenizer only, whose weights are made at random
+    on the device (`Engine.load(..., random_init=SEED)`, for benchmarks): no readout file needed."""
     if not path.is_dir():
         raise _fail(f"{path} is not a folder (a checkpoint is a folder with config.json and tokenizer.json)")
     for name in ("config.json", TOKENIZER):
@@ -334,6 +337,6 @@ def read_checkpoint(path: Path) -> Checkpoint:
     config = parse_decision_config((path / DECISION_CONFIG).read_text(encoding="utf-8"))
     check_tokenizer(tokenizer)
     check_codes(config, tokenizer)
-    if not (path / READOUT).is_file():
+    if weights and not (path / READOUT).is_file():
         raise _fail(f"{path} has a {DECISION_CONFIG} but no {READOUT}")
     return Checkpoint(path, config, tokenizer, zero_shot=False)

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from sr_runtime.errors import CheckpointError
+from sr_runtime.types import DTYPES
 
 EXIT_OK, EXIT_INVALID, EXIT_UNUSABLE = 0, 1, 2
 
@@ -89,6 +90,13 @@ def answer(
         Path, typer.Argument(help="A System One request as JSON ('-' reads stdin).", show_default=False)
     ],
     device: Annotated[str, typer.Option(help="Where the model runs: cpu, cuda, cuda:1 ...")] = "cpu",
+    dtype: Annotated[
+        str,
+        typer.Option(
+            help="What the weights run in: auto (the checkpoint's torch_dtype; bfloat16 on CUDA where it says"
+            " float32; float32 on CPU), bfloat16, float16 or float32."
+        ),
+    ] = "auto",
     reference: Annotated[
         bool, typer.Option("--reference", help="Run each question as one whole forward with a dense mask and no cache.")
     ] = False,
@@ -128,9 +136,12 @@ def answer(
     except ProtocolError as exc:
         _echo_json(codec.answer_error(exc).body)
         raise _fail(f"{request}: {exc.info.status} {exc.info.code}: {exc.info.message}", EXIT_INVALID) from None
+    if dtype not in DTYPES:
+        raise _fail(f"--dtype must be one of {', '.join(DTYPES)}, not {dtype!r}", EXIT_UNUSABLE)
     engine = load_engine(
         model,
         device=device,
+        dtype=dtype,
         max_model_len=max_model_len,
         reference=reference,
         state_cache=not no_state_cache,
@@ -149,6 +160,13 @@ def serve(
         str, typer.Argument(help="A checkpoint folder, or a built-in: default, smollm2-135m.", show_default=False)
     ],
     device: Annotated[str, typer.Option(help="Where the model runs: cpu, cuda, cuda:1 ...")] = "cpu",
+    dtype: Annotated[
+        str,
+        typer.Option(
+            help="What the weights run in: auto (the checkpoint's torch_dtype; bfloat16 on CUDA where it says"
+            " float32; float32 on CPU), bfloat16, float16 or float32."
+        ),
+    ] = "auto",
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: any free port, printed at start).")] = 8100,
     systemone_schema: Annotated[
@@ -215,6 +233,7 @@ def serve(
             threads,
             workers,
             noul_model=_checked_noul_model(noul_model),
+            dtype=dtype,
         )
     except SettingsError as exc:
         raise _fail(str(exc), EXIT_UNUSABLE) from None

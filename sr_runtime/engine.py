@@ -12,6 +12,7 @@ and gives up (Stopped) once every request in it was abandoned, so a long call en
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from sr_runtime.backbone import Backbone, StateSnapshot
 from sr_runtime.checkpoint import READOUT, Checkpoint, DecisionConfig, read_checkpoint
 from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded, Stopped
 from sr_runtime.heads import Heads
+from sr_runtime.kernels import dtype_name, resolve_dtype
 from sr_runtime.prompt import (
     LAYOUTS,
     MediaSpan,
@@ -156,22 +158,43 @@ class Engine:
         *,
         name: str | None = None,
         device: str = "cpu",
+        dtype: str = "auto",
+        random_init: int | None = None,
         **options: Any,
     ) -> Engine:
-        """Check a checkpoint folder, load its weights and readout; CheckpointError if unusable."""
-        checkpoint = read_checkpoint(path)
-        backbone = Backbone.load(path, device)
-        readout_dtype = getattr(torch, checkpoint.config.readout_dtype)
-        if checkpoint.zero_shot:
-            readout = backbone.lm_head_rows(checkpoint.config.token_ids)
-        else:
-            readout = _load_readout(path, len(checkpoint.config.codes), backbone.hidden_size)
-        vision = VisionTower.load(path, checkpoint.config.media, backbone.device)
+        """Check a checkpoint folder, load its weights and readout; CheckpointError if unusable.
+
+        `dtype`: auto, bfloat16, float16 or float32 (sr_runtime/kernels.py says what auto is).
+        `random_init`: a seed; no weight file is read, every weight is made at random right on
+        the device in `dtype` (benchmarks of shapes no checkpoint holds: `presets.create(...,
+        weights=False)` writes such a folder). The vision tower and heads stay float32 and the
+        readout is in the checkpoint's readout_dtype whatever `dtype` is; logits are read in float32."""
+        checkpoint = read_checkpoint(path, weights=random_init is None)
+        try:
+            torch_dtype = resolve_dtype(dtype, _declared_dtype(path), device)
+        except ValueError as exc:
+            raise CheckpointError(str(exc)) from None
+        backbone = Backbone.load(path, device, torch_dtype, random_init)
         config = checkpoint.config
+        readout_dtype = getattr(torch, config.readout_dtype)
+        codes = len(config.codes)
+        if checkpoint.zero_shot:
+            readout = backbone.lm_head_rows(config.token_ids)
+        elif random_init is not None:
+            generator = torch.Generator(backbone.device).manual_seed(random_init + 1)
+            readout = torch.randn(codes, backbone.hidden_size, generator=generator, device=backbone.device)
+            readout /= backbone.hidden_size**0.5
+        else:
+            readout = _load_readout(path, codes, backbone.hidden_size)
+        # The tower stays float32: a few percent of a media request's work, and bfloat16 there
+        # moved the tiny presets' image answers past seed 001's bar (0.03) on its own.
+        vision = VisionTower.load(path, config.media, backbone.device, torch.float32, random_init)
         heads = (
             None
             if config.heads is None
-            else Heads.load(path, config.heads, len(config.codes), backbone.hidden_size, backbone.device)
+            else Heads.load(path, config.heads, codes, backbone.hidden_size, backbone.device)
+            if random_init is None
+            else Heads.random(config.heads, codes, backbone.hidden_size, backbone.device, random_init)
         )
         return cls(
             name or path.name,
@@ -182,6 +205,11 @@ class Engine:
             heads=heads,
             **options,
         )
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """What the backbone's weights and activations are in."""
+        return self.backbone.dtype
 
     def card(self) -> ModelCard:
         config = self.config
@@ -207,6 +235,7 @@ class Engine:
             attention_mode=config.attention_mode,
             strengths=self._strengths or "not measured by this runtime: see the checkpoint's own documentation",
             media_in_questions=self.media_in_questions,
+            dtype=dtype_name(self.dtype),
         )
 
     # -- requests to rows -------------------------------------------------------------------
@@ -595,6 +624,16 @@ def _whole_media(prompt: PromptTokens) -> tuple[MediaSpan, ...]:
 def _usage(rows: Sequence[_Row]) -> Usage:
     states = {r.key: len(r.prompt.state) for r in rows}
     return Usage(input_tokens=sum(states.values()) + sum(len(r.prompt.question) for r in rows))
+
+
+def _declared_dtype(path: Path) -> str | None:
+    """config.json's dtype (transformers 5 writes `dtype`, earlier ones `torch_dtype`)."""
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # read_checkpoint has read it already; nothing declared then
+    declared = config.get("dtype") or config.get("torch_dtype")
+    return declared if isinstance(declared, str) else None
 
 
 def _load_readout(path: Path, codes: int, hidden: int) -> torch.Tensor:

@@ -81,6 +81,18 @@ class Heads:
                 raise CheckpointError(f"{HEADS} {name} has shape {got}, expected {shape}")
         return cls(config, {k: v.to(device, torch.float32) for k, v in weights.items()})
 
+    @classmethod
+    def random(cls, config: HeadsConfig, codes: int, hidden: int, device: torch.device, seed: int) -> Heads:
+        """Heads of the shapes `config` needs, at random (scaled like a readout), made on the device."""
+        generator = torch.Generator(device).manual_seed(seed + 3)
+        return cls(
+            config,
+            {
+                name: torch.randn(shape, generator=generator, device=device) / math.sqrt(hidden)
+                for name, shape in sorted(config.tensors(codes, hidden).items())
+            },
+        )
+
     def set_probabilities(self, q: torch.Tensor, n: int, temperature: float) -> list[float]:
         """[n]: each label's probability, independently (labels do not compete)."""
         return torch.sigmoid((self.w["set.weight"][:n] @ q.float()) / temperature).tolist()

@@ -47,6 +47,7 @@ def load_engine(
     model: str,
     *,
     device: str = "cpu",
+    dtype: str = "auto",
     max_model_len: int | None = None,
     reference: bool = False,
     state_cache: bool = True,
@@ -59,7 +60,8 @@ def load_engine(
 
     `noul_model`: the model `default` reads noul questions with (an ONNX file or a Hugging Face
     sequence-classification folder); only `default` takes one. `noul_threads`: how many of its
-    batches run side by side (None: as many as torch's math threads at the time)."""
+    batches run side by side (None: as many as torch's math threads at the time). `dtype`: what
+    a checkpoint's weights run in (sr_runtime/kernels.py); `default` runs its own ONNX models."""
     from sr_runtime.engine import DEFAULT_STATE_CACHE_BYTES, DEFAULT_TOKEN_BUDGET, Engine
 
     check_device(device)
@@ -73,6 +75,8 @@ def load_engine(
 
         if reference:
             raise CheckpointError("--reference is the checkpoint models' whole-prompt path; 'default' has none")
+        if dtype != "auto":
+            raise CheckpointError(f"--dtype is for checkpoint models; 'default' runs its own ONNX models, not {dtype}")
         return EmbeddingEngine.load(device, max_model_len, noul_model, noul_threads)
     if model == "smollm2-135m":
         from sr_runtime.builtins import smollm2
@@ -81,6 +85,7 @@ def load_engine(
             smollm2.converted_folder(),
             name=smollm2.NAME,
             device=device,
+            dtype=dtype,
             max_model_len=max_model_len,
             reference=reference,
             description="SmolLM2-135M-Instruct, zero-shot: LM head rows of option letters, causal",
@@ -88,5 +93,11 @@ def load_engine(
             **options,
         )
     return Engine.load(
-        Path(model), name=name, device=device, max_model_len=max_model_len, reference=reference, **options
+        Path(model),
+        name=name,
+        device=device,
+        dtype=dtype,
+        max_model_len=max_model_len,
+        reference=reference,
+        **options,
     )

@@ -13,9 +13,10 @@ split-K attention kernels do):
 
 which equals softmax([Q K_s^T | Q K_q^T + log M]) [V_s ; V_q] row by row. Nothing is scored
 that is then masked away across questions, and nothing of the state is copied or padded. On
-CPU `attend` is PyTorch's fused flash kernel, which returns the log-sum-exp and never holds the
-scores; elsewhere scores are computed plainly. A run holds at most budget // (S + Qw) rows, so
-a pass's scores take no more memory than a pass of per-row copies would (see `blocks`).
+CPU `attend` is PyTorch's fused flash kernel, on CUDA the flash or memory-efficient kernel
+(sr_runtime/kernels.py): each returns the log-sum-exp and never holds the scores. A run holds
+at most budget // (S + Qw) rows, so a pass's scores take no more memory than a pass of per-row
+copies would (see `blocks`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from sr_runtime.kernels import aligned_bias, attend, plain_attend
+
 ATTENTION = "sr_shared_prefix"
+__all__ = ["ATTENTION", "MASKED", "LastTokenTail", "SharedPrefix", "attend", "blocks", "plain_attend"]
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -56,7 +60,9 @@ class SharedPrefix:
             if width == 1 and self.last is not None:
                 mask = mask[torch.arange(mask.shape[0], device=mask.device), :, self.last].unsqueeze(2)
             made = torch.zeros(mask.shape[0], 1, group * width, mask.shape[-1], dtype=dtype, device=mask.device)
-            made.masked_fill_(~mask.repeat(1, 1, group, 1), MASKED)
+            made.masked_fill_(~mask.repeat(1, 1, group, 1), masked(dtype))
+            if made.device.type == "cuda":  # made once a pass, in the layout the fused kernel reads
+                made = aligned_bias(made)
             self.scores[(width, group)] = made
         return made
 
@@ -82,27 +88,10 @@ def blocks(
 MASKED = -1e30
 
 
-def attend(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(softmax(Q K^T * scale + mask) V, log-sum-exp of each query's scores): [N, H, L, d], [N, H, L]."""
-    if query.device.type == "cpu":
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            query, key, value, 0.0, False, attn_mask=mask, scale=scale
-        )
-        return out, lse
-    return plain_attend(query, key, value, mask, scale)
-
-
-def plain_attend(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scale: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`attend` on any device, the scores held whole."""
-    scores = torch.matmul(query, key.transpose(-1, -2)) * scale
-    if mask is not None:
-        scores = scores + mask
-    lse = torch.logsumexp(scores, dim=-1)
-    return torch.matmul(torch.exp(scores - lse[..., None]), value), lse
+def masked(dtype: torch.dtype) -> float:
+    """MASKED in `dtype`: float16 tops out at 65504, so there it is half its most negative
+    value (a score plus it stays finite)."""
+    return MASKED if dtype != torch.float16 else torch.finfo(dtype).min / 2
 
 
 def shared_prefix_attention(
@@ -162,7 +151,7 @@ def _attend_rows(
         l_q.view(rows, kv_heads, group, width).permute(1, 2, 0, 3),
     )
     o_s = query.new_empty(kv_heads, group, rows, width, d)
-    l_s = query.new_empty(kv_heads, group, rows, width)
+    l_s = query.new_empty(kv_heads, group, rows, width, dtype=torch.float32)  # log-sum-exps stay float32
     for start, end, g in runs:
         k_s, v_s = kv[g]  # [1, kv_heads, S, d]
         r = end - start
@@ -171,7 +160,8 @@ def _attend_rows(
         l_s[:, :, start:end] = lse.view(kv_heads, group, r, width)
     # o_s e^(l_s - l) + o_q e^(l_q - l) with l = logaddexp(l_s, l_q) is o_q + (o_s - o_q) w,
     # w = sigmoid(l_s - l_q): one lerp instead of eight passes over the outputs.
-    out = torch.lerp(o_q, o_s, torch.sigmoid(l_s - l_q)[..., None])
+    # The log-sum-exps are float32 whatever the dtype; the weight takes the outputs' dtype.
+    out = torch.lerp(o_q, o_s, torch.sigmoid(l_s - l_q)[..., None].to(o_q.dtype))
     return out.permute(2, 3, 0, 1, 4).reshape(rows, width, heads, d)
 
 

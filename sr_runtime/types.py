@@ -14,6 +14,10 @@ from typing import Literal, Protocol, TypeAlias
 
 from sr_runtime.errors import DecisionError
 
+# What a checkpoint's weights may run in (`--dtype`); sr_runtime/kernels.py says what auto means.
+DTypeName: TypeAlias = Literal["auto", "bfloat16", "float16", "float32"]
+DTYPES: tuple[DTypeName, ...] = ("auto", "bfloat16", "float16", "float32")
+
 # Structured text: the standard lets a state, instructions and descriptions be objects or arrays.
 Text: TypeAlias = str | dict | list
 QuestionType = Literal["noul", "choice", "score", "set", "span", "box", "track"]
@@ -305,6 +309,7 @@ class ModelCard:
     attention_mode: str
     strengths: str
     media_in_questions: bool = False  # placeholders in instructions and criteria are read as media
+    dtype: str | None = None  # what the weights run in (bfloat16, float32, ...); None: not a torch model
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,8 +63,15 @@ class VisionTower:
 
     @classmethod
     def load(
-        cls, path: Path, media: MediaConfig | None, device: torch.device, dtype: torch.dtype = torch.float32
+        cls,
+        path: Path,
+        media: MediaConfig | None,
+        device: torch.device,
+        dtype: torch.dtype = torch.float32,
+        random_init: int | None = None,
     ) -> VisionTower | None:
+        """The checkpoint's tower in `dtype` (None without one); `random_init`: built from its
+        config.json at random on the device, no weights read."""
         folder = path / VISION
         if media is None and not folder.is_dir():
             return None
@@ -80,6 +87,11 @@ class VisionTower:
             raise CheckpointError(
                 f"unsupported vision tower model_type {config.model_type!r} in {folder}/config.json (supported: qwen3_5_vision)"
             )
+        if random_init is not None:
+            torch.manual_seed(random_init + 2)
+            with device:
+                tower = Qwen3_5VisionModel._from_config(config, dtype=dtype)
+            return cls(tower.eval(), media, device)
         try:
             model = Qwen3_5VisionModel.from_pretrained(folder, dtype=dtype, local_files_only=True)
         except (OSError, ValueError, RuntimeError) as exc:

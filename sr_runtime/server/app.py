@@ -211,6 +211,8 @@ async def health(request: HttpRequest) -> Response:
         "model": rt.model.name if rt.model else rt.settings.model,
         "schema": rt.settings.schema,
     }
+    if rt.model is not None and rt.model.card.dtype is not None:
+        doc["dtype"] = rt.model.card.dtype  # what the weights run in (vllm-srun serve --dtype)
     if rt.failure is not None:
         doc["error"] = rt.failure
     headers = {"retry-after": str(int(RETRY_AFTER_S))} if rt.status is Status.LOADING else None
@@ -296,6 +298,7 @@ def engine_loader(settings: ServerSettings) -> Loader:
         engine = load_engine(
             settings.model,
             device=settings.device,
+            dtype=settings.dtype,
             max_model_len=settings.max_model_len,
             state_cache_bytes=settings.state_cache_mb * 2**20,
             token_budget=settings.max_batch_tokens,

@@ -63,6 +63,7 @@ class ServedModel:
                 },
                 **({"media_in_questions": True} if card.media_in_questions else {}),
                 "attention_mode": card.attention_mode,
+                **({"dtype": card.dtype} if card.dtype is not None else {}),
                 "strengths": card.strengths,
             },
         }

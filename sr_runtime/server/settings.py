@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sr_runtime.types import DTYPES
 from systemone import REGISTRY
 
 SCHEMAS = ("vllm-sr/5.0", "vllm-sr/4.0", "systemone/0.2")
@@ -32,6 +33,7 @@ class ServerSettings:
     threads: int | None = None  # math threads on CPU; None: math_threads() decides
     workers: int = 1  # server processes on the port, each with its own model (workers.py)
     noul_model: Path | None = None  # `default`'s noul reader, an ONNX file or a Hugging Face folder
+    dtype: str = "auto"  # what the weights run in: auto, bfloat16, float16, float32 (sr_runtime/kernels.py)
 
     def __post_init__(self) -> None:
         if self.schema not in SCHEMAS:
@@ -47,5 +49,7 @@ class ServerSettings:
         ):
             if value < least:
                 raise SettingsError(f"{flag} must be at least {least}, not {value}")
+        if self.dtype not in DTYPES:
+            raise SettingsError(f"--dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
         if self.port > 65535:
             raise SettingsError(f"--port must be at most 65535, not {self.port}")

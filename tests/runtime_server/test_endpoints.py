@@ -149,6 +149,7 @@ def test_health_reports_the_contract_and_readiness(client: TestClient) -> None:
         "api_version": "5.0.0",
         "model": "tiny-prefix-bidir",
         "schema": schema(client),
+        "dtype": "float32",  # --dtype auto on CPU
     }
 
 
