@@ -25,9 +25,10 @@ from sr_control.cli.config import Format
 from sr_control.cli.errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, fail
 from sr_control.config import load as loader
 from sr_control.config.catalog import catalog
+from sr_control.config.errors import field_path
 from sr_control.config.explain import offered_apis
 from sr_control.config.model import RouterConfig
-from sr_control.decide.cards import members_of
+from sr_control.decide.cards import Card, card_from_listing, card_problems, declared_cards, members_of
 from sr_control.decide.request import DecideCall, NotAConversation, build_calls, parts_of, read_answers
 from sr_control.decide.rewrite import response_headers
 from sr_control.decide.rules import Answer, Decision, compile_plan, decide, keyword_answers
@@ -69,8 +70,10 @@ def route(
     except NotAConversation as exc:
         raise fail(f"{request}: not a {api} request: {exc}") from None
     answers: dict[str, Answer] = keyword_answers(plan, parts.text)
+    planned = build_calls(plan, parts)
+    _check_cards(cfg, config, {m for call in planned for m in members_of(cfg, call.model)})
     calls = []
-    for call in build_calls(plan, parts):
+    for call in planned:
         report, result, failure = _ask(cfg, call)
         answers |= read_answers(call, result, failure)
         calls.append(report)
@@ -119,6 +122,32 @@ def _check_listener(cfg: RouterConfig, name: str, model: str, api: str) -> None:
         if model in served:
             return
     raise fail(f"listener {name!r} does not offer {model!r} on {api}")
+
+
+def _check_cards(cfg: RouterConfig, path: Path, members: set[str]) -> None:
+    """Every signal against the cards the file declares and those the members publish now, as
+    the sidecar will check them when it reads a card: a signal no member can answer is refused
+    here, one line each, before anything is asked."""
+    cards: dict[str, Card | None] = dict(declared_cards(cfg))
+    for name in sorted(members - set(cards)):
+        dep = cfg.deployments[name]
+        if dep.schema_ != "vllm-sr/5.0" or dep.endpoint is None:
+            continue
+        url = urlsplit(dep.endpoint)
+        key = os.environ.get(dep.api_key_env) if dep.api_key_env else None
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        try:
+            listing = httpx.get(f"{url.scheme}://{url.netloc}/v1/models", headers=headers, timeout=2.0).json()
+        except (httpx.HTTPError, ValueError):
+            continue  # not known: not judged (the call itself will say what is wrong)
+        entries = [e for e in listing.get("models") or () if isinstance(e, dict)] if isinstance(listing, dict) else []
+        entry = next((e for e in entries if e.get("name") == dep.model), entries[0] if entries else None)
+        cards[name] = card_from_listing(entry) if entry is not None else None
+    problems = card_problems(cfg, cards)
+    if problems:
+        for loc, line in problems:
+            typer.echo(f"{path}: error: {field_path(loc)}: {line}", err=True)
+        raise typer.Exit(EXIT_INVALID)
 
 
 def _ask(cfg: RouterConfig, call: DecideCall) -> tuple[dict[str, Any], ItemResult | None, str | None]:

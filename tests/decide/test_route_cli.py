@@ -200,3 +200,90 @@ def test_text_output_and_refusals_read_as_one_line(runtime: ServeProcess, tmp_pa
     request.write_text(json.dumps(BODIES["chat_completions"](OUTAGE)))
     result = run_cli("route", str(request), "--config", str(config), "--listener", "internal")
     assert (result.returncode, result.stderr) == (2, "no listener 'internal' (listeners: public)\n")
+
+
+def test_a_signal_the_runtimes_card_lacks_is_refused_before_anything_is_asked(
+    runtime: ServeProcess, tmp_path: Path
+) -> None:
+    """The live card (GET /v1/models) is checked as the sidecar will check it when it reads it."""
+    config, request = write(
+        tmp_path, "chat_completions", runtime.url + "/v1/systemone", BODIES["chat_completions"](OUTAGE)
+    )
+    text = config.read_text().replace(
+        "  refund: {keyword: (?i)refund}\n",
+        "  refund: {keyword: (?i)refund}\n"
+        "  marks: {type: span, instructions: Mark the error codes., criteria: {code: null}}\n",
+    )
+    config.write_text(text.replace("when: {keyword: refund}", "when: {span: marks}"))
+    before = systemone_requests(runtime.url)
+    result = run_cli("route", str(request), "--config", str(config))
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"{config}: error: signals.marks: signal 'marks' cannot be asked of 'vllm-sr/auto': "
+        "deployment 'tiny' lacks span questions\n"
+    )
+    assert systemone_requests(runtime.url) == before
+
+
+HEADS_CONFIG = """\
+version: 2
+providers:
+  models:
+    - {{name: small-llm, api_format: chat_completions, endpoints: ["http://127.0.0.1:9001/v1"]}}
+    - {{name: private-llm, api_format: chat_completions, endpoints: ["http://127.0.0.1:9003/v1"]}}
+deployments:
+  heads: {{provider: systemone, endpoint: "{endpoint}", model: heads, schema: vllm-sr/5.0}}
+pools:
+  vllm-sr/auto: {{members: [heads]}}
+signals:
+  pii: {{preset: pii, on_unknown: true}}
+  topics:
+    type: set
+    instructions: Which topics does the request touch?
+    criteria: {{billing: Payments, outage: Errors and downtime, legal: Contracts and law}}
+{extra}virtual_models:
+  vllm-sr/router:
+    default: small-llm
+    routes:
+      - {{name: private, when: {{span: pii}}, model: private-llm}}
+      - {{name: outage, when: {{set: topics, contains: outage}}, model: small-llm}}
+"""
+
+
+@pytest.fixture(scope="module")
+def heads_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    """The tiny hybrid-heads checkpoint: a set readout and a pii span head (its card lists pii)."""
+    checkpoint = create(tmp_path_factory.mktemp("ckpt") / "heads", "hybrid-heads", seed=0)
+    with vllm_srun_serve(str(checkpoint), "--device", "cpu") as server:
+        yield server
+
+
+def test_a_span_preset_and_a_set_signal_are_read_from_the_runtimes_answer(
+    heads_runtime: ServeProcess, tmp_path: Path
+) -> None:
+    config = tmp_path / "heads.yaml"
+    config.write_text(HEADS_CONFIG.format(endpoint=heads_runtime.url + "/v1/systemone", extra=""))
+    request = tmp_path / "req.json"
+    request.write_text(json.dumps(BODIES["chat_completions"]("Call John Smith at 555-0100 about the outage.")))
+    code, shown = route(config, request)
+    assert code == 0
+    (call,) = shown["calls"]
+    assert call["request"]["questions"]["pii"]["preset"] == "pii"
+    assert set(call["request"]["questions"]["pii"]["criteria"]) == {"person", "email", "phone", "address", "id_number"}
+    assert set(shown["signals"]["pii"]["answer"]) <= {"person", "email", "phone", "address", "id_number"}
+    assert set(shown["signals"]["topics"]["answer"]) <= {"billing", "outage", "legal"}
+    plan = compile_plan(load_text(config.read_text())).virtual_models["vllm-sr/router"]
+    assert decide(plan, answers_of(shown)).route == shown["decision"]["route"]
+    # A span preset the card does not list is refused, one line, before anything is asked.
+    halu = "  halu: {preset: halu, input: [request, context]}\n"
+    config.write_text(
+        HEADS_CONFIG.format(endpoint=heads_runtime.url + "/v1/systemone", extra=halu).replace(
+            "when: {set: topics, contains: outage}", "when: {span: halu}"
+        )
+    )
+    result = run_cli("route", str(request), "--config", str(config))
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"{config}: error: signals.halu: signal 'halu' cannot be asked of 'vllm-sr/auto': deployment 'heads' lacks "
+        "the halu preset (a span preset is answered only by a model that lists it)\n"
+    )
