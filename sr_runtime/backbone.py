@@ -120,11 +120,13 @@ class Backbone:
         target = torch.device(device)
         if random_init is not None:
             torch.manual_seed(random_init)  # every device's generator
-            # Parameters are created, and initialised, on the device in `dtype`: a 27B shape
-            # never exists in host memory or in float32.
+            # Parameters are created and initialised on the device (a 27B shape never exists in
+            # host memory), in float32 and then cast tensor by tensor: a seed gives the same
+            # weights in every dtype, rounded, so a bfloat16 engine is compared with a float32
+            # one on the same weights. Peak device memory is the float32 model's (27B: 108 GB).
             with target:
-                model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
-            return cls(model.eval(), target)
+                model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
+            return cls(model.to(dtype).eval(), target)
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 path, dtype=dtype, attn_implementation="sdpa", local_files_only=True

@@ -262,10 +262,21 @@ def _model_config(preset: Preset, vocab: int, hidden: int, layers: int | None) -
     }
 
 
-def create(path: Path, preset_name: str, seed: int = 0, *, hidden: int = HIDDEN, layers: int | None = None) -> Path:
+def create(
+    path: Path,
+    preset_name: str,
+    seed: int = 0,
+    *,
+    hidden: int = HIDDEN,
+    layers: int | None = None,
+    weights: bool = True,
+) -> Path:
     """Write preset `preset_name` to `path` (created if needed); the same seed gives the same bytes.
 
     `hidden` and `layers` scale a preset up for benchmarks (tests use the tiny default).
+    `weights=False` writes the configs and the tokenizer only, no weight file: the engine then
+    makes the weights at random on its device (`Engine.load(path, random_init=SEED)`), so a
+    benchmark of a 27B shape never holds it in host memory or on disk.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
     from transformers.utils import logging as hf_logging
@@ -281,17 +292,23 @@ def create(path: Path, preset_name: str, seed: int = 0, *, hidden: int = HIDDEN,
 
     raw = _model_config(preset, tokenizer.get_vocab_size(), hidden, layers)
     config = AutoConfig.for_model(raw.pop("model_type"), **raw)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.save_pretrained(path)
+    if weights:
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model.save_pretrained(path)
+    else:
+        config.dtype = torch.float32  # as save_pretrained writes it for the weights above
+        config.architectures = raw["architectures"]
+        config.save_pretrained(path)
     (path / "generation_config.json").unlink(missing_ok=True)
 
     if preset.vision:
-        _create_vision(path, hidden, seed)
+        _create_vision(path, hidden, seed, weights)
 
-    generator = torch.Generator().manual_seed(seed + 1)
-    readout = torch.randn(len(CODES), hidden, generator=generator) / math.sqrt(hidden)
-    save_file({"weight": readout.contiguous()}, str(path / READOUT))
+    if weights:
+        generator = torch.Generator().manual_seed(seed + 1)
+        readout = torch.randn(len(CODES), hidden, generator=generator) / math.sqrt(hidden)
+        save_file({"weight": readout.contiguous()}, str(path / READOUT))
 
     decision: dict[str, Any] = {
         "format_version": 1,
@@ -318,13 +335,15 @@ def create(path: Path, preset_name: str, seed: int = 0, *, hidden: int = HIDDEN,
         decision["abstain_code"] = CODES[-1]
     if preset.heads is not None:
         decision["heads"] = preset.heads
-        _create_heads(path, preset.heads, len(CODES), hidden, seed)
+        if weights:
+            _create_heads(path, preset.heads, len(CODES), hidden, seed)
     (path / DECISION_CONFIG).write_text(json.dumps(decision, indent=2) + "\n", encoding="utf-8")
     return path
 
 
-def _create_vision(path: Path, hidden: int, seed: int) -> None:
-    """A tiny random Qwen3.5 vision tower whose merger writes rows of the backbone's width."""
+def _create_vision(path: Path, hidden: int, seed: int, weights: bool = True) -> None:
+    """A tiny random Qwen3.5 vision tower whose merger writes rows of the backbone's width
+    (`weights=False`: its config alone)."""
     from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5VisionConfig
     from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5VisionModel
 
@@ -343,6 +362,10 @@ def _create_vision(path: Path, hidden: int, seed: int) -> None:
         # Larger than the usual 0.02, so an image moves answers as visibly as text does.
         initializer_range=0.2,
     )
+    if not weights:
+        config.architectures, config.dtype = ["Qwen3_5VisionModel"], torch.float32  # as the weights' save writes
+        config.save_pretrained(path / VISION)
+        return
     torch.manual_seed(seed + 2)
     Qwen3_5VisionModel(config).save_pretrained(path / VISION)
 
