@@ -53,6 +53,10 @@ def _virtual_models(config: RouterConfig) -> list[dict[str, Any]]:
         for signal_name, signal in plan.signals.items():
             if signal.asks_model:
                 asks.setdefault(signal.model, []).append(f"{signal_name} ({kind_of(signal)})")
+        after: dict[str, list[str]] = {}
+        for signal_name, signal in plan.judge_signals.items():
+            if signal.asks_model:
+                after.setdefault(signal.model, []).append(f"{signal_name} ({kind_of(signal)})")
         out.append(
             {
                 "name": name,
@@ -69,6 +73,11 @@ def _virtual_models(config: RouterConfig) -> list[dict[str, Any]]:
                 "default": vm.default,
                 "calls": [{"model": model, "signals": names} for model, names in asks.items()],
                 "keywords": [s for s, signal in plan.signals.items() if not signal.asks_model],
+                "judges": [
+                    {"name": j, "when": condition_text(judge.when), "deadline_ms": judge.deadline_ms}
+                    for j, judge in plan.judges.items()
+                ],
+                "judge_calls": [{"model": model, "signals": names} for model, names in after.items()],
             }
         )
     return out
@@ -101,4 +110,8 @@ def explain_text(explained: dict[str, Any]) -> str:
             lines.append(f"  one call to {call['model']}: {', '.join(call['signals'])}")
         if vm["keywords"]:
             lines.append(f"  keyword signals (no call): {', '.join(vm['keywords'])}")
+        for judge in vm["judges"]:
+            lines.append(f"  judge {judge['name']}: escalate when {judge['when']}, within {judge['deadline_ms']} ms")
+        for call in vm["judge_calls"]:
+            lines.append(f"  after the answer, one call to {call['model']}: {', '.join(call['signals'])}")
     return "\n".join(lines) + "\n"

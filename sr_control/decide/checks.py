@@ -88,6 +88,7 @@ def _virtual_models(config: RouterConfig, ignored: frozenset[str]) -> Iterator[F
     models = catalog(config)
     taken = set(models.decision) | {m.name for m in config.providers.models}
     formats = formats_of(config)
+    decision = frozenset(models.decision)
     for vm_name, vm in config.virtual_models.items():
         loc: Loc = ("virtual_models", vm_name)
         if vm_name in taken:
@@ -104,7 +105,7 @@ def _virtual_models(config: RouterConfig, ignored: frozenset[str]) -> Iterator[F
                 for j, m in enumerate(route.models)
             ]
             for where, target in targets:
-                yield from _target(config, where, target, formats, ignored, used)
+                yield from _target(config, where, target, formats, ignored, used, decision)
             if route.when is not None:
                 yield from _condition(config, here + ("when",), route.when, ignored, answer_ok=False)
             if route.judge is not None and route.judge not in config.judges and route.judge not in ignored:
@@ -113,7 +114,7 @@ def _virtual_models(config: RouterConfig, ignored: frozenset[str]) -> Iterator[F
             elif route.judge is not None and len(route.models) < 2:
                 yield here + ("judge",), f"judge {route.judge!r} escalates to the route's next model, and it has one"
         if vm.default is not None:
-            yield from _target(config, loc + ("default",), vm.default, formats, ignored, used)
+            yield from _target(config, loc + ("default",), vm.default, formats, ignored, used, decision)
         apis = set(used.values())
         if len(apis) > 1:
             spoken = ", ".join(f"{m} ({a})" for m, a in used.items())
@@ -131,11 +132,14 @@ def _target(
     formats: Mapping[str, str],
     ignored: frozenset[str],
     used: dict[str, str],
+    decision: frozenset[str] = frozenset(),
 ) -> Iterator[Finding]:
     if target in formats:
         used.setdefault(target, formats[target])
         if formats[target] not in LLM_APIS:
             yield loc, f"{target!r} speaks {formats[target]}; the Decide path routes {', '.join(LLM_APIS)} requests"
+    elif target in decision:
+        yield loc, f"{target!r} is a decision model; a route names the LLM models it sends to"
     elif target in config.virtual_models:
         yield loc, f"{target!r} is a virtual model; a route names the LLM models it sends to"
     elif target not in ignored and not any(

@@ -118,6 +118,12 @@ CASES = [
         "small-llm, claude)",
     ),
     (
+        "a decision model as a route's target",
+        "virtual_models:\n  vm:\n    routes:\n      - {name: r, model: vllm-sr/auto}\n",
+        "c.yaml:18:26: error: virtual_models.vm.routes[0].model: 'vllm-sr/auto' is a decision model; "
+        "a route names the LLM models it sends to",
+    ),
+    (
         "models of two APIs",
         "virtual_models:\n  vm:\n    default: claude\n    routes:\n      - {name: r, model: small-llm}\n",
         "c.yaml:16:3: error: virtual_models.vm: 'vm' routes to models of several APIs: small-llm (chat_completions), "
