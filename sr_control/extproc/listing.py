@@ -22,8 +22,8 @@ from sr_control.extproc.capability import Card, Limits
 from sr_control.extproc.cards import CardState
 from sr_control.extproc.data import SYSTEMONE_API, ListenerData
 from sr_control.extproc.envoy import Answer
-from sr_control.extproc.forward import listener_codec
 from sr_control.extproc.incoming import Incoming, Sidecar
+from sr_control.extproc.read import listener_codec
 from systemone import Listing, ListingItem
 from systemone.generated.runtime_fields import RUNTIME_CONTRACT
 from systemone.jsontext import JsonObject, dumpb, freeze
@@ -34,11 +34,11 @@ LISTING_VERSION = RUNTIME_CONTRACT.rsplit(".", 1)[0]  # "5.0"
 _JSON = (("content-type", "application/json"),)
 
 
-async def listing(s: Sidecar, incoming: Incoming) -> Answer:
+async def listing(sidecar: Sidecar, incoming: Incoming) -> Answer:
     data = incoming.data
     offer = data.systemone
     codec = listener_codec(offer)
-    systemone = await _systemone_listing(s, data) if offer is not None else None
+    systemone = await _systemone_listing(sidecar, data) if offer is not None else None
     if incoming.path.split("?", 1)[0].rstrip("/") == SYSTEMONE_MODELS_PATH:
         return Answer(200, _JSON, codec.answer_listing(systemone or Listing(())))
     llm = _llm_entries(data)
@@ -55,19 +55,20 @@ async def listing(s: Sidecar, incoming: Incoming) -> Answer:
     return Answer(200, _JSON, dumpb(JsonObject([*members, ("object", "list"), ("data", (*llm, *legacy))])))
 
 
-async def _systemone_listing(s: Sidecar, data: ListenerData) -> Listing:
+async def _systemone_listing(sidecar: Sidecar, data: ListenerData) -> Listing:
     offer = data.offers[SYSTEMONE_API]
     entries = []
     for model in offer.models:
         members = [data.members[m] for m in data.models.get(model, ())]
-        states: list[CardState] = [s.cards.current(m) or await s.cards.get(m) for m in members]
+        states: list[CardState] = [sidecar.cards.current(m) or await sidecar.cards.get(m) for m in members]
         cards = [st.card for st in states if st.card is not None]
         types = sorted({t for c in cards for t in c.question_types})
         modalities = sorted({m for c in cards for m in c.modalities})
         if len(members) == 1 and states[0].description:
             description = states[0].description
         elif data.models.get(model) and len(members) > 1:
-            description = f"{model}: {len(members)} members ({', '.join(m.name for m in members)}); each request goes to one able to answer it"
+            names = ", ".join(m.name for m in members)
+            description = f"{model}: {len(members)} members ({names}); each request goes to one able to answer it"
         else:
             description = f"{model} through listener {data.listener!r}"
         dates = [st.release_date for st in states if st.release_date]

@@ -3,7 +3,8 @@
     request_headers   the route's metadata names listener, API and config version: find that
                       version's data (waiting a bounded time), check the listener's key,
                       answer listings at once
-    request_body      System One: read, choose, forward or answer (forward.py);
+    request_body      System One: read, choose, then Envoy forwards or the sidecar calls
+                      and answers (systemone_path.py, its steps top to bottom);
                       LLM APIs: pick the provider by ``model`` (llm.py)
     response_headers  a failed member is replaced by another (fail-over); a reply the member
                       calls whole that is the client's answer as it is goes through unread;
@@ -29,12 +30,15 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from sr_base.log import get_logger
 from sr_control.compiler.names import CLUSTER_HEADER
 from sr_control.extproc import envoy, llm
+from sr_control.extproc.answer import error_answer, whole_as_sent
 from sr_control.extproc.auth import TWO_KEYS, KeysUnavailable
+from sr_control.extproc.call import Call
 from sr_control.extproc.data import SYSTEMONE_API
 from sr_control.extproc.envoy import Answer, Forward
-from sr_control.extproc.forward import Call, SystemOne, error_answer, listener_codec, whole_as_sent
 from sr_control.extproc.incoming import Incoming, Sidecar
 from sr_control.extproc.listing import listing
+from sr_control.extproc.read import listener_codec
+from sr_control.extproc.systemone_path import SystemOne
 from systemone import ProtocolError
 from systemone.replies import WHOLE_REPLY_HEADER
 
@@ -52,13 +56,17 @@ class AuthenticationFailed(ProtocolError):
 
 class Processor(pb_grpc.ExternalProcessorServicer):
     def __init__(self, sidecar: Sidecar) -> None:
-        self.s = sidecar
+        self.sidecar = sidecar
         self.systemone = SystemOne(sidecar)
 
     async def Process(
         self, requests: AsyncIterator[pb.ProcessingRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ProcessingResponse]:  # noqa: N802 - gRPC's name
-        exchange = Exchange(self, {k: v for k, v in context.invocation_metadata() or () if k.startswith("x-vsr-")})
+        exchange = Exchange(
+            self.sidecar,
+            self.systemone,
+            {k: v for k, v in context.invocation_metadata() or () if k.startswith("x-vsr-")},
+        )
         try:
             async for message in requests:
                 yield await exchange.handle(message)
@@ -71,9 +79,9 @@ class Processor(pb_grpc.ExternalProcessorServicer):
 class Exchange:
     """One HTTP request's stream: what was read, where it went, what the client got."""
 
-    def __init__(self, processor: Processor, metadata: dict[str, Any]) -> None:
-        self.p = processor
-        self.s = processor.s
+    def __init__(self, sidecar: Sidecar, systemone: SystemOne, metadata: dict[str, Any]) -> None:
+        self.sidecar = sidecar
+        self.systemone = systemone
         self.meta = metadata
         self.started = time.monotonic()
         self.api: str = metadata.get("x-vsr-api", "")
@@ -106,11 +114,11 @@ class Exchange:
     async def _request_headers(self, message: pb.HttpHeaders) -> pb.ProcessingResponse:
         headers = envoy.headers_of(message)
         version = self.meta.get("x-vsr-config-version", "")
-        store = self.s.store
+        store = self.sidecar.store
         data = store.get(version)
         if data is None:
-            data = await store.wait(version, self.s.settings.version_wait_ms / 1000) if version else None
-            self.s.metrics.version_waits.labels("arrived" if data is not None else "timeout").inc()
+            data = await store.wait(version, self.sidecar.settings.version_wait_ms / 1000) if version else None
+            self.sidecar.metrics.version_waits.labels("arrived" if data is not None else "timeout").inc()
             if data is None:
                 return self._immediate(self._unknown_version(version))
         if data.listener != self.listener:
@@ -137,7 +145,7 @@ class Exchange:
             if denied is not None:
                 return self._immediate(denied)
         if self.api == LISTING_API:
-            return self._immediate(await listing(self.s, incoming))
+            return self._immediate(await listing(self.sidecar, incoming))
         if message.end_of_stream:  # a body API with no body: answered as an empty body
             return await self._request_body(b"")
         return envoy.CONTINUE_REQUEST_HEADERS
@@ -147,7 +155,7 @@ class Exchange:
         assert incoming is not None, "Envoy sends request headers first"
         out: Forward | Answer
         if self.api == SYSTEMONE_API:
-            out, self.call = await self.p.systemone.read(incoming, body)
+            out, self.call = await self.systemone.request(incoming, body)
         elif self.api in incoming.data.offers:
             out = llm.route(incoming, body)
         else:
@@ -166,7 +174,7 @@ class Exchange:
         if self.call is None:
             return envoy.CONTINUE_RESPONSE_HEADERS
         self.upstream_status, self.upstream_headers = status, headers
-        answer = await self.p.systemone.on_response_headers(self.call, status, headers, message.end_of_stream)
+        answer = await self.systemone.response_headers(self.call, status, headers, message.end_of_stream)
         self.call.member = None  # its call is over (and counted)
         if answer is not None:
             return self._immediate(answer)
@@ -182,7 +190,7 @@ class Exchange:
     def _response_body(self, body: bytes) -> pb.ProcessingResponse:
         if self.call is None:
             return envoy.CONTINUE_RESPONSE_BODY
-        answer = self.p.systemone.reencode(self.call, self.upstream_status, self.upstream_headers, body)
+        answer = self.systemone.response_body(self.call, self.upstream_status, self.upstream_headers, body)
         self.status = answer.status
         self.done = True
         return envoy.replace_response(self._stamped(answer), self.upstream_status, body)
@@ -214,7 +222,7 @@ class Exchange:
         if given > 1:
             return self._error(AuthenticationFailed(TWO_KEYS, reason="invalid_key"), "invalid_api_key")
         try:
-            verdict = self.s.keys.check(incoming.data.auth, incoming.headers.get("authorization"))
+            verdict = self.sidecar.keys.check(incoming.data.auth, incoming.headers.get("authorization"))
         except KeysUnavailable as exc:
             _log.error(
                 "listener keys unavailable", listener=self.listener, error=str(exc), request_id=incoming.request_id
@@ -235,7 +243,7 @@ class Exchange:
         return self._error(AuthenticationFailed(verdict.message, reason=verdict.reason), "invalid_api_key")
 
     def _unknown_version(self, version: str) -> Answer:
-        wait = self.s.settings.version_wait_ms
+        wait = self.sidecar.settings.version_wait_ms
         what = (
             f"config version {version!r} of listener {self.listener!r}"
             if version
@@ -268,7 +276,7 @@ class Exchange:
             request_id=request_id,
             error=f"{type(exc).__name__}: {exc}",
         )
-        self.s.metrics.errors.labels(self.api or "unknown").inc()
+        self.sidecar.metrics.errors.labels(self.api or "unknown").inc()
         message = f"the router failed on this request (request id {request_id}); its log has the details"
         return self._error(
             ProtocolError(message, status=500, code="internal_error", error_type="unknown", reason="sidecar_error"),
@@ -277,13 +285,13 @@ class Exchange:
 
     def finish(self) -> None:
         if self.call is not None and self.call.member is not None:
-            self.s.pool.end(self.call.member)  # the stream ended before the member answered
+            self.sidecar.pool.end(self.call.member)  # the stream ended before the member answered
         if self.status is None:
             return  # Envoy gave up on the request (client gone): nothing was answered
         api = self.api or "unknown"
         listener = self.listener or "unknown"
-        self.s.metrics.requests.labels(listener, api, str(self.status) if self.status else "forwarded").inc()
-        self.s.metrics.seconds.labels(listener, api).observe(time.monotonic() - self.started)
+        self.sidecar.metrics.requests.labels(listener, api, str(self.status) if self.status else "forwarded").inc()
+        self.sidecar.metrics.seconds.labels(listener, api).observe(time.monotonic() - self.started)
 
 
 __all__ = ["Exchange", "Processor"]

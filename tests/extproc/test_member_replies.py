@@ -19,14 +19,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sr_control.extproc.auth import KeyRing
+from sr_control.extproc.call import Call
 from sr_control.extproc.capability import Card, Limits
 from sr_control.extproc.cards import CardBook, CardState
 from sr_control.extproc.envoy import Answer, Forward
-from sr_control.extproc.forward import Call, SystemOne
 from sr_control.extproc.incoming import Incoming, Sidecar
 from sr_control.extproc.metrics import Metrics
 from sr_control.extproc.pool import Pool
 from sr_control.extproc.settings import SidecarSettings
+from sr_control.extproc.systemone_path import SystemOne
 from sr_control.extproc.upstream import Http
 from sr_control.extproc.versions import VersionStore
 from tests.extproc.test_pieces import data_of
@@ -90,9 +91,9 @@ def sidecar(config: str = CONFIG, forwarding: str = "envoy") -> tuple[SystemOne,
 
 
 def forwarded(systemone: SystemOne, incoming: Incoming) -> Call:
-    _, call = asyncio.run(systemone.read(incoming, REQUEST))
+    _, call = asyncio.run(systemone.request(incoming, REQUEST))
     assert call is not None and call.member is not None
-    systemone.s.pool.end(call.member)
+    systemone.sidecar.pool.end(call.member)
     return call
 
 
@@ -100,12 +101,12 @@ SYSTEMONE, INCOMING = sidecar()
 
 
 def test_a_good_reply_is_the_clients_200() -> None:
-    answer = SYSTEMONE.reencode(forwarded(SYSTEMONE, INCOMING), 200, {}, GOOD)
+    answer = SYSTEMONE.response_body(forwarded(SYSTEMONE, INCOMING), 200, {}, GOOD)
     assert answer.status == 200 and json.loads(answer.body)["answers"]["team"]["choice"] == "engineering"
 
 
 def test_text_that_is_not_json_is_a_502() -> None:
-    answer = SYSTEMONE.reencode(forwarded(SYSTEMONE, INCOMING), 200, {}, b"<html>bad gateway</html>")
+    answer = SYSTEMONE.response_body(forwarded(SYSTEMONE, INCOMING), 200, {}, b"<html>bad gateway</html>")
     assert answer.status == 502
     assert json.loads(answer.body)["detail"]["error_type"] == "upstream_error"
 
@@ -116,7 +117,7 @@ def test_any_json_a_member_sends_is_answered_never_the_sidecars_500(reply: Any) 
     """A 200 only for a reply that is one; otherwise 502, or the standard's 500 question_failed
     when the reply is readable but lacks a question's answer."""
     call = forwarded(SYSTEMONE, INCOMING)
-    answer = SYSTEMONE.reencode(call, 200, {}, json.dumps(reply).encode())
+    answer = SYSTEMONE.response_body(call, 200, {}, json.dumps(reply).encode())
     body = json.loads(answer.body)
     assert answer.status in (200, 500, 502), (answer.status, body)
     if answer.status == 500:
@@ -163,15 +164,15 @@ def test_the_sidecars_own_call_sends_a_whole_reply_on_as_it_came_and_reads_any_o
         try:
             bodies = []
             for body in (REQUEST, REQUEST):
-                answer, _ = await systemone.read(incoming, body)
+                answer, _ = await systemone.request(incoming, body)
                 assert answer.status == 200  # type: ignore[union-attr]
                 bodies.append(answer.body)  # type: ignore[union-attr]
             batch = json.dumps({"model": "d3", "requests": {"a": json.loads(REQUEST)}}).encode()
-            answer, _ = await systemone.read(replace(incoming, path="/v1/systemone/batch"), batch)
+            answer, _ = await systemone.request(replace(incoming, path="/v1/systemone/batch"), batch)
             bodies.append(answer.body)  # type: ignore[union-attr]
             return bodies
         finally:
-            await systemone.s.http.close()
+            await systemone.sidecar.http.close()
             server.close()
             await server.wait_closed()
 
@@ -196,7 +197,7 @@ def test_auto_forwarding_leaves_a_service_to_envoy_and_calls_a_member_of_one_hos
     outcomes = {}
     for name, config in (("service", service), ("one host", CONFIG)):
         systemone, incoming = sidecar(config, forwarding="auto")
-        out, _ = asyncio.run(systemone.read(incoming, REQUEST))
+        out, _ = asyncio.run(systemone.request(incoming, REQUEST))
         outcomes[name] = out
     assert isinstance(outcomes["service"], Forward) and outcomes["service"].cluster == "deployment/d3"
     assert isinstance(outcomes["one host"], Answer) and outcomes["one host"].status == 503
