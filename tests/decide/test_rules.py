@@ -27,13 +27,16 @@ KIND = {name: s.get("type", "keyword") for name, s in SIGNALS.items()}
 
 # ---------------------------------------------------------------------------- strategies
 
+# Answers and thresholds drawn from one small set as often as not, so that an answer equal to its
+# threshold (where above and at_least part ways) comes up.
+PROBABILITIES = st.one_of(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]), st.floats(0, 1))
+LEVELS = st.one_of(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0]), st.floats(0, 3))
+
 
 def atoms() -> st.SearchStrategy[dict[str, Any]]:
     bound = st.sampled_from(["above", "at_least", "below", "at_most"])
-    noul = st.dictionaries(bound, st.floats(0, 1), max_size=2).map(lambda b: {"noul": "urgent", **b})
-    score = st.dictionaries(bound, st.sampled_from([0, 0.5, 1, 1.5, 2, 3]), min_size=1, max_size=2).map(
-        lambda b: {"score": "urgency", **b}
-    )
+    noul = st.dictionaries(bound, PROBABILITIES, max_size=2).map(lambda b: {"noul": "urgent", **b})
+    score = st.dictionaries(bound, LEVELS, min_size=1, max_size=2).map(lambda b: {"score": "urgency", **b})
     choice = st.one_of(st.sampled_from(OPTIONS), st.lists(st.sampled_from(OPTIONS), min_size=1, max_size=2)).map(
         lambda o: {"choice": "team", "is": o}
     )
@@ -83,8 +86,8 @@ def policies(draw: st.DrawFn) -> dict[str, Any]:
 def answers(draw: st.DrawFn) -> dict[str, Any]:
     """Each signal's answer value, or None for unknown (a keyword signal is always known)."""
     values = {
-        "urgent": st.floats(0, 1),
-        "urgency": st.floats(0, 3),
+        "urgent": PROBABILITIES,
+        "urgency": LEVELS,
         "team": st.sampled_from(OPTIONS),
         "topics": st.frozensets(st.sampled_from(LABELS)),
         "pii": st.frozensets(st.sampled_from(SPAN_LABELS)),
