@@ -37,7 +37,6 @@ import argparse
 import gc
 import importlib.metadata
 import importlib.util
-import inspect
 import json
 import os
 import platform
@@ -57,6 +56,7 @@ from typing import Any
 import torch
 
 from sr_runtime.engine import Engine
+from sr_runtime.kernels import dtype_name, linear_attention_kernel
 from sr_runtime.presets import CORPUS, create
 from sr_runtime.prompt import encode_prompts
 from sr_runtime.types import ChoiceQuestion, DecisionRequest, NoulQuestion, Question, Result, ScoreQuestion
@@ -223,23 +223,10 @@ def free(device: torch.device) -> None:
 # -- checkpoints and engines ----------------------------------------------------------------------
 
 
-def random_weights_supported() -> bool:
-    """The engine builds weights at random on the device (issue 24); until then --small writes them."""
-    return "random_init" in inspect.signature(Engine.load).parameters and (
-        "weights" in inspect.signature(create).parameters
-    )
-
-
 def checkpoint(root: Path, name: str, hidden: int, layers: int, dims: dict[str, int] | None, sizes: Sizes) -> Path:
     """The preset's config and tokenizer (no weight files), its lengths raised to seed 001's
     --max-model-len and d3-turbo's validated_length, and for 27b Qwen3.5-27B's head counts."""
-    if random_weights_supported():
-        path = create(root / name, PRESET, SEED, hidden=hidden, layers=layers, weights=False)  # type: ignore[call-arg]
-    else:
-        if torch.device(ARGS.device).type == "cuda":
-            raise RuntimeError("this engine cannot build random weights on the device (Engine.load random_init)")
-        path = create(root / name, PRESET, SEED, hidden=hidden, layers=layers)
-        dims = None  # the weights written match the preset's own dims
+    path = create(root / name, PRESET, SEED, hidden=hidden, layers=layers, weights=False)
     config = json.loads((path / "config.json").read_text())
     config["max_position_embeddings"] = sizes.max_length
     if dims is not None:
@@ -253,18 +240,16 @@ def checkpoint(root: Path, name: str, hidden: int, layers: int, dims: dict[str, 
 
 
 def load(path: Path, dtype: str) -> Engine:
-    options: dict[str, Any] = {"device": ARGS.device, "max_model_len": ARGS.sizes.max_length, "state_cache_bytes": 0}
-    params = inspect.signature(Engine.load).parameters
-    if "dtype" in params:
-        options["dtype"] = dtype
-    if random_weights_supported():
-        options["random_init"] = SEED
-    return Engine.load(path, **options)
-
-
-def dtype_of(engine: Engine) -> str:
-    dtype = getattr(engine, "dtype", None) or next(engine.backbone.model.parameters()).dtype
-    return str(dtype).removeprefix("torch.")
+    """The engine, its weights made at random on the device (float32, then cast: the same seed
+    gives the same weights in every dtype, rounded); no state cache, so every state is computed."""
+    return Engine.load(
+        path,
+        device=ARGS.device,
+        dtype=dtype,
+        random_init=SEED,
+        max_model_len=ARGS.sizes.max_length,
+        state_cache_bytes=0,
+    )
 
 
 def reference_of(engine: Engine) -> Engine:
@@ -439,22 +424,13 @@ def same_weights(ours: Engine, fp32: Engine) -> bool:
     )
 
 
-@torch.no_grad()
-def copy_weights(fp32: Engine, ours: Engine) -> None:
-    for (name, w), (name32, w32) in zip(weights(ours), weights(fp32), strict=True):
-        assert name == name32, (name, name32)
-        w.copy_(w32)
-
-
 def fp32_check(engine: Engine, path: Path) -> dict[str, Any]:
     """This engine (bf16) against the fp32 reference path on the same weights: decisions changed,
     |dp| (the largest probability difference over a question's options); seed 001's bar: max 0.03."""
     e32 = load(path, "float32")
     try:
+        # Else the comparison would measure two draws of the seed, not the dtype.
         same = same_weights(engine, e32)
-        if not same:
-            # Else the comparison would measure two draws of the seed, not the dtype.
-            copy_weights(e32, engine)
         requests = corpus(engine)
         reference = reference_of(e32)
         ref = [reference.answer(r) for r in requests]
@@ -475,8 +451,8 @@ def fp32_check(engine: Engine, path: Path) -> dict[str, Any]:
             if da != db:
                 changed.append(round(margin, 4))
     out = {
-        "engine_dtype": dtype_of(engine),
-        "weights_match": same,  # false: the seed drew other weights per dtype, so the fp32 ones were copied in
+        "engine_dtype": dtype_name(engine.dtype),
+        "weights_match": same,
         "questions": n,
         "requests": len(requests),
         "decisions_changed": len(changed),
@@ -660,7 +636,7 @@ def meta(sizes: Sizes) -> dict[str, Any]:
         "flash_linear_attention": version("flash-linear-attention"),
         "fla_importable": importlib.util.find_spec("fla") is not None,
         "transformers_linear_attention": linear_attention_kernels(),
-        "random_weights_on_device": random_weights_supported(),
+        "runtime_linear_attention": linear_attention_kernel(device),
         "budget_s": sizes.budget_s,
         "validated_length": sizes.validated_length,
         "max_length": sizes.max_length,
@@ -687,7 +663,7 @@ def shape(
         kinds = list(engine.backbone.kinds)
         out = {
             "parameters": parameters(engine),
-            "dtype": dtype_of(engine),
+            "dtype": dtype_name(engine.dtype),
             "hidden": engine.backbone.config.hidden_size,
             "layers": len(kinds),
             "full_attention_layers": kinds.count("full_attention"),
