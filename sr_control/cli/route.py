@@ -29,7 +29,7 @@ from sr_control.config.errors import field_path
 from sr_control.config.explain import offered_apis
 from sr_control.config.model import RouterConfig
 from sr_control.decide.cards import Card, card_from_listing, card_problems, declared_cards, members_of
-from sr_control.decide.request import DecideCall, NotAConversation, build_calls, parts_of, read_answers
+from sr_control.decide.request import EMPTY, DecideCall, NotAConversation, build_calls, parts_of, read_answers
 from sr_control.decide.rewrite import response_headers
 from sr_control.decide.rules import Answer, Decision, compile_plan, decide, keyword_answers
 from systemone import REGISTRY, Policy, ProtocolError, Target, WireReply
@@ -153,6 +153,9 @@ def _check_cards(cfg: RouterConfig, path: Path, members: set[str]) -> None:
 def _ask(cfg: RouterConfig, call: DecideCall) -> tuple[dict[str, Any], ItemResult | None, str | None]:
     """The call sent to the first member of its model that answers (as the sidecar fails over)."""
     report: dict[str, Any] = {"model": call.model, "signals": list(call.signals), "deadline_ms": call.deadline_ms}
+    if call.empty:
+        report["error"] = EMPTY
+        return report, None, EMPTY
     members = members_of(cfg, call.model)
     if not members:
         report["error"] = f"no deployment answers for {call.model!r}"

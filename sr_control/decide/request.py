@@ -5,9 +5,10 @@
     answers = read_answers(call, result)      # per signal: an Answer, or unknown and why
 
 The sidecar calls ``parts_of`` and ``build_calls`` on an LLM request whose ``model`` is a
-virtual model, sends each call's ``request`` (a systemone IR ``Request``) with the client codec
-of a member of ``call.model`` (``REGISTRY.client(schema).plan(...)``), and hands each reply, or
-the error that ended the call, to ``read_answers``. ``vllm-sr route`` does the same over HTTP.
+virtual model, sends each call's ``request`` (a systemone IR ``Request``; nothing when
+``call.empty``) with the client codec of a member of ``call.model``
+(``REGISTRY.client(schema).plan(...)``), and hands each reply, or the error that ended the call,
+to ``read_answers``. ``vllm-sr route`` does the same over HTTP.
 
 One state holds every part any of the call's signals reads, with explicit roles (request: user;
 answer: answer; the others: context, as the models were trained and calibrated), so the runtime
@@ -72,6 +73,15 @@ class DecideCall:
     signals: tuple[str, ...]  # the question ids, which are the signals' names
     deadline_ms: int  # the longest timeout_ms of its signals
     kinds: Mapping[str, str] = field(default_factory=dict)  # signal -> its question type
+
+    @property
+    def empty(self) -> bool:
+        """The conversation has none of the parts its signals read: nothing to send; its
+        signals are unknown (``read_answers(call, None, EMPTY)``)."""
+        return not self.request.state and not self.request.media
+
+
+EMPTY = "the conversation has none of the parts its signals read"
 
 
 class NotAConversation(ValueError):
@@ -364,6 +374,7 @@ def _number(value: Any) -> float:
 __all__ = [
     "LLM_APIS",
     "PART_ORDER",
+    "EMPTY",
     "DecideCall",
     "Media",
     "NotAConversation",

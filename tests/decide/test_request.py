@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sr_control.config.load import load_text
-from sr_control.decide.request import answer_text, build_calls, parts_of, read_answers
+from sr_control.decide.request import EMPTY, answer_text, build_calls, call_for, parts_of, read_answers
 from sr_control.decide.rewrite import response_headers, rewritten
 from sr_control.decide.rules import compile_plan, decide, keyword_answers
 from systemone import REGISTRY, Target, WireReply
@@ -221,3 +221,13 @@ def test_the_example_config_is_valid_and_decides() -> None:
     plan = compile_plan(config).virtual_models["vllm-sr/router"]
     (call,) = build_calls(plan, parts_of("chat_completions", CHAT))
     assert call.signals == ("pii", "urgency", "team")
+
+
+def test_a_call_whose_parts_the_conversation_lacks_is_empty_and_its_signals_unknown() -> None:
+    plan = compile_plan(load_text(CONFIG)).virtual_models["vllm-sr/router"]
+    history_only = plan.signals["urgent"].model_copy(update={"input": ["history"]})
+    first_turn = parts_of("chat_completions", {"messages": [{"role": "user", "content": "Hi"}]})
+    call = call_for("vllm-sr/auto", {"urgent": history_only}, first_turn)
+    assert call.empty
+    assert read_answers(call, None, EMPTY)["urgent"].unknown == EMPTY
+    assert not call_for("vllm-sr/auto", {"urgent": plan.signals["urgent"]}, first_turn).empty
