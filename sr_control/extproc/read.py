@@ -26,6 +26,7 @@ from sr_control.extproc.incoming import Incoming
 from sr_control.extproc.metrics import Metrics
 from systemone import ClientRequest, ListenerCodec, ProtocolError
 from systemone.listener import LISTENERS
+from systemone.writing import internal_body
 
 
 def listener_codec(offer: Offer | None) -> ListenerCodec:
@@ -53,8 +54,10 @@ def read(incoming: Incoming, body: bytes, metrics: Metrics) -> Call | Answer:
         multipart = body_parts.read(body, incoming.headers.get("content-type", ""))
         req = codec.read(incoming.path, multipart[0] if multipart else body, incoming.headers.items())
         if multipart:
-            # The client's bytes are a form, not JSON: the member gets the internal form.
-            req = replace(req, ir=body_parts.inline_parts(req.ir, multipart[1]), plan=replace(req.plan, kind="convert"))
+            # The client's bytes are a form, not JSON: the member gets the internal form, written
+            # from the IR with every part inline (the plan's was written before, naming parts).
+            ir = body_parts.inline_parts(req.ir, multipart[1])
+            req = replace(req, ir=ir, plan=replace(req.plan, kind="convert", body=internal_body(ir)))
     except ProtocolError as exc:
         return error_answer(codec, exc, req)
     for form in req.legacy_forms:
