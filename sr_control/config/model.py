@@ -39,7 +39,8 @@ def _label(what: str, first: str) -> tuple[AfterValidator, Any]:
     def check(value: str) -> str:
         if not re.match(pattern, value):
             raise ValueError(
-                f"{value!r} is not a Kubernetes {what}: lowercase letters, digits and '-', starting with {starts} and ending with a letter or digit (at most 63)"
+                f"{value!r} is not a Kubernetes {what}: lowercase letters, digits and '-', starting with "
+                f"{starts} and ending with a letter or digit (at most 63)"
             )
         return value
 
@@ -179,7 +180,8 @@ class ListenerAuth(_Section):
             raise ValueError("give exactly one of keys_env and keys_file")
         if self.keys_file is not None and not self.keys_file.startswith("/"):
             raise ValueError(
-                f"keys_file {self.keys_file!r} must be an absolute path (the sidecar reads it, from its own working directory)"
+                f"keys_file {self.keys_file!r} must be an absolute path (the sidecar reads it, from its own "
+                "working directory)"
             )
         return self
 
@@ -258,7 +260,7 @@ class Signal(_Section):
         if self.preset is None and self.instructions is None:
             raise ValueError(f"a {self.type} signal without a preset needs instructions")
         if self.type is not None:
-            _check_criteria(self.type, self.criteria)
+            check_criteria(self.type, self.criteria)
         if isinstance(self.on_unknown, str) and self.on_unknown != "skip" and self.type not in (None, "choice"):
             raise ValueError(
                 f"on_unknown {self.on_unknown!r}: a default answer is for choice signals; use false, true or skip"
@@ -270,7 +272,7 @@ class Signal(_Section):
         return self.keyword is None
 
 
-def _check_criteria(kind: str, criteria: dict[str, str | None] | list[str] | None) -> None:
+def check_criteria(kind: str, criteria: dict[str, str | None] | list[str] | None) -> None:
     if criteria is None:
         if kind in ("choice", "score", "set", "span"):
             raise ValueError(f"a {kind} signal without a preset needs criteria")

@@ -13,7 +13,7 @@ from typing import Any
 from sr_control.apis import REGISTRY, UnknownApiError
 from sr_control.config.catalog import api_kind, catalog
 from sr_control.config.errors import Loc
-from sr_control.config.model import Condition, RouterConfig, Signal
+from sr_control.config.model import Condition, RouterConfig, Signal, check_criteria
 from sr_control.decide.cards import card_problems, declared_cards
 from sr_control.decide.request import LLM_APIS, kind_of
 from sr_control.decide.rules import signals_of
@@ -24,6 +24,8 @@ Finding = tuple[Loc, str]
 
 def check_decide(config: RouterConfig, ignored: frozenset[str] = frozenset()) -> Iterator[Finding]:
     """``ignored``: names of entries that did not parse (reported already, not again as unknown)."""
+    if not (config.signals or config.virtual_models or config.judges):
+        return  # most files: nothing to look at, and no catalog to build on every reload
     yield from _signals(config, ignored)
     yield from _virtual_models(config, ignored)
     yield from _judges(config, ignored)
@@ -65,6 +67,11 @@ def _signals(config: RouterConfig, ignored: frozenset[str]) -> Iterator[Finding]
                 continue
             if signal.type is not None and signal.type != preset["type"]:
                 yield loc + ("type",), f"preset {signal.preset!r} asks a {preset['type']} question, not {signal.type}"
+            elif signal.criteria is not None:
+                try:
+                    check_criteria(str(preset["type"]), signal.criteria)
+                except ValueError as exc:
+                    yield loc + ("criteria",), f"{exc} (preset {signal.preset!r} asks a {preset['type']} question)"
         if not signal.asks_model:
             continue
         if signal.model not in decision and signal.model not in ignored:

@@ -68,6 +68,12 @@ CASES = [
         "urgency)",
     ),
     (
+        "criteria of another shape than the preset's",
+        "signals:\n  s: {preset: pii, criteria: [person, email]}\n",
+        "c.yaml:16:20: error: signals.s.criteria: a span signal's criteria map each label to its description "
+        "(preset 'pii' asks a span question)",
+    ),
+    (
         "an unknown decision model",
         "signals:\n  s: {type: noul, instructions: x, model: d4}\n",
         "c.yaml:16:43: error: signals.s.model: unknown decision model 'd4' (decision models: d3, gw-d3, vllm-sr/auto)",
