@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, PreTrainedModel
@@ -25,9 +24,10 @@ from transformers.cache_utils import CacheLayerMixin, LinearAttentionCacheLayerM
 from transformers.utils import logging as hf_logging
 
 from sr_runtime.errors import CheckpointError
-from sr_runtime.mask import AttentionMode, padded_prompt_mask, prompt_mask, question_mask, state_mask
+from sr_runtime.kernels import attention_kernels
+from sr_runtime.mask import AttentionMode, padded_prompt_mask, prompt_mask, question_mask
 from sr_runtime.prompt import MediaSpan
-from sr_runtime.shared_prefix import ATTENTION, LastTokenTail, SharedPrefix, blocks
+from sr_runtime.shared_prefix import ATTENTION, LastTokenTail, SharedPrefix, StatePass, blocks, masked
 
 BACKBONES = ("llama", "qwen3_5_text")
 LAYER_KINDS = ("full_attention", "linear_attention")
@@ -53,7 +53,7 @@ class RecurrentState:
         return (self.conv, self.recurrent)
 
 
-LayerState = Union[AttentionState, RecurrentState]
+LayerState = AttentionState | RecurrentState
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -165,31 +165,98 @@ class Backbone:
                 x[b, span.start : span.start + len(span)] = span.embeds.to(x.device, x.dtype)
         return {"inputs_embeds": x}
 
+    def _state_masks(self, mode: AttentionMode) -> torch.Tensor | dict[str, torch.Tensor | None] | None:
+        """What transformers gets as the mask of a state pass: nothing to build (full-attention
+        layers read `StatePass`; linear layers take none)."""
+        return {"full_attention": None, "linear_attention": None} if self.hybrid else None
+
     @torch.inference_mode()
     def prefill(self, ids: Sequence[int], mode: AttentionMode, media: Sequence[MediaSpan] = ()) -> StateSnapshot:
         """Run a state block once and keep every layer's state at its end."""
         cache = DynamicCache(config=self.config)
         n = len(ids)
-        out = self.model.base_model(
-            **self._inputs([ids], n, [media]),
-            attention_mask=self._masks(state_mask(mode, n)[None, None]),
-            past_key_values=cache,
-            use_cache=True,
-        )
-        layers: list[LayerState] = []
+        with attention_kernels(self.device):
+            out = self.model.base_model(
+                **self._inputs([ids], n, [media]),
+                attention_mask=self._state_masks(mode),
+                past_key_values=cache,
+                use_cache=True,
+                state_pass=StatePass(bidirectional=mode == "prefix_bidir"),
+            )
+        return self._snapshots(cache, [n], n, out.last_hidden_state)[0]
+
+    @torch.inference_mode()
+    def prefill_many(
+        self, states: Sequence[Sequence[int]], mode: AttentionMode, media: Sequence[Sequence[MediaSpan]] = ()
+    ) -> list[StateSnapshot]:
+        """Several state blocks in one pass (prefix_bidir only), each as `prefill` would keep it.
+
+        Rows are left-padded, so every row ends at the last column: each linear layer's conv
+        window and recurrent state at that column are the row's own (padding inputs are zeroed
+        before every linear layer, so a recurrence starts from zero at a row's first token, as
+        alone), and positions count from each row's first token. Full-attention layers hide the
+        padding keys with a [B, 1, 1, W] bias; padding queries are never read."""
+        if mode != "prefix_bidir":
+            raise ValueError("states are prefilled together under prefix_bidir only")
+        lens = [len(s) for s in states]
+        width = max(lens)
+        pads = [width - n for n in lens]
+        rows = torch.tensor(pads, device=self.device)[:, None]
+        columns = torch.arange(width, device=self.device)[None, :]
+        real = columns >= rows  # [B, W]
+        keys = None
+        if any(pads):
+            keys = torch.zeros(len(states), 1, 1, width, dtype=self.dtype, device=self.device)
+            keys.masked_fill_(~real[:, None, None, :], masked(self.dtype))
+        shifted = [[MediaSpan(m.start + pad, m.embeds, m.digest) for m in spans] for spans, pad in zip(media, pads)]
+        cache = DynamicCache(config=self.config)
+        with attention_kernels(self.device):
+            out = self.model.base_model(
+                **self._inputs([[0] * pad + list(s) for s, pad in zip(states, pads)], width, shifted),
+                attention_mask={"full_attention": None, "linear_attention": real} if self.hybrid else None,
+                position_ids=(columns - rows).clamp_min(0),
+                past_key_values=cache,
+                use_cache=True,
+                state_pass=StatePass(bidirectional=True, keys=keys),
+            )
+        return self._snapshots(cache, lens, width, out.last_hidden_state)
+
+    def _snapshots(
+        self, cache: DynamicCache, lens: Sequence[int], width: int, hidden: torch.Tensor
+    ) -> list[StateSnapshot]:
+        """Each row's StateSnapshot from a state pass's cache (rows left-padded to `width`):
+        its own copies, so a cached state never holds the rest of the pass."""
+        alone = len(lens) == 1
+        snapshots: list[list[LayerState]] = [[] for _ in lens]
         for i, kind in enumerate(self.kinds):
             # The cache holds either kind of layer; the config's layer_types say which each is,
-            # and the forward pass above has filled every one.
+            # and the forward pass has filled every one.
             layer = cache.layers[i]
             if kind == "linear_attention":
                 assert isinstance(layer, LinearAttentionCacheLayerMixin)
                 conv, recurrent = layer.conv_states[0], layer.recurrent_states[0]
                 assert conv is not None and recurrent is not None
-                layers.append(RecurrentState(conv, recurrent))
+                for b in range(len(lens)):
+                    snapshots[b].append(
+                        RecurrentState(conv, recurrent)
+                        if alone
+                        else RecurrentState(conv[b : b + 1].clone(), recurrent[b : b + 1].clone())
+                    )
             else:
                 assert isinstance(layer, CacheLayerMixin) and layer.keys is not None and layer.values is not None
-                layers.append(AttentionState(layer.keys, layer.values))
-        return StateSnapshot(n, tuple(layers), out.last_hidden_state[0])
+                for b, n in enumerate(lens):
+                    snapshots[b].append(
+                        AttentionState(layer.keys, layer.values)
+                        if alone
+                        else AttentionState(
+                            layer.keys[b : b + 1, :, width - n :].clone(),
+                            layer.values[b : b + 1, :, width - n :].clone(),
+                        )
+                    )
+        return [
+            StateSnapshot(n, tuple(layers), hidden[b, width - n :] if not alone else hidden[0])
+            for b, (n, layers) in enumerate(zip(lens, snapshots))
+        ]
 
     def _rows_cache(self, states: Sequence[StateSnapshot], groups: Sequence[int]) -> DynamicCache:
         """A cache of each row's recurrent state (a recurrence updates its own copy, so one a row,
@@ -244,7 +311,7 @@ class Backbone:
             read_layer=self.read_layer,
             last=last,
         )
-        with self.tail.reading(last) if self.tail is not None else nullcontext():
+        with self.tail.reading(last) if self.tail is not None else nullcontext(), attention_kernels(self.device):
             out = self.model.base_model(
                 **self._inputs(questions, qw, media),
                 # The question mask goes to the attention layers through `prefix`; transformers sees the
@@ -264,11 +331,12 @@ class Backbone:
         self, prompt: Sequence[int], state_len: int, mode: AttentionMode, media: Sequence[MediaSpan] = ()
     ) -> torch.Tensor:
         """[L, hidden]: every position of one whole prompt under its dense mask, no cache."""
-        return self.model.base_model(
-            **self._inputs([prompt], len(prompt), [media]),
-            attention_mask=self._masks(prompt_mask(mode, state_len, len(prompt) - state_len)[None, None]),
-            use_cache=False,
-        ).last_hidden_state[0]
+        with attention_kernels(self.device):
+            return self.model.base_model(
+                **self._inputs([prompt], len(prompt), [media]),
+                attention_mask=self._masks(prompt_mask(mode, state_len, len(prompt) - state_len)[None, None]),
+                use_cache=False,
+            ).last_hidden_state[0]
 
     @torch.inference_mode()
     def prompt_rows(
@@ -281,10 +349,11 @@ class Backbone:
         """[B, hidden]: whole prompts, no cache, each row under its own dense mask."""
         lens = [len(p) for p in prompts]
         width = max(lens)
-        out = self.model.base_model(
-            **self._inputs(prompts, width, media),
-            attention_mask=self._masks(padded_prompt_mask(mode, list(state_lens), lens, width)),
-            use_cache=False,
-        ).last_hidden_state
+        with attention_kernels(self.device):
+            out = self.model.base_model(
+                **self._inputs(prompts, width, media),
+                attention_mask=self._masks(padded_prompt_mask(mode, list(state_lens), lens, width)),
+                use_cache=False,
+            ).last_hidden_state
         last = torch.tensor(lens, device=self.device) - 1
         return out[torch.arange(len(prompts), device=self.device), last]

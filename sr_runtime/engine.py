@@ -27,7 +27,7 @@ from sr_runtime.backbone import Backbone, StateSnapshot
 from sr_runtime.checkpoint import READOUT, Checkpoint, DecisionConfig, read_checkpoint
 from sr_runtime.errors import CheckpointError, DecisionError, InvalidQuestion, MaxLengthExceeded, Stopped
 from sr_runtime.heads import Heads
-from sr_runtime.kernels import dtype_name, resolve_dtype
+from sr_runtime.kernels import batch_state_prefills, default_token_budget, dtype_name, resolve_dtype
 from sr_runtime.prompt import (
     LAYOUTS,
     MediaSpan,
@@ -113,7 +113,7 @@ class Engine:
         readout: torch.Tensor,
         *,
         max_model_len: int | None = None,
-        token_budget: int = DEFAULT_TOKEN_BUDGET,
+        token_budget: int | None = None,
         state_cache_bytes: int = DEFAULT_STATE_CACHE_BYTES,
         reference: bool = False,
         description: str | None = None,
@@ -133,7 +133,8 @@ class Engine:
         # Past the validated length only with the client's long-context opt-in (seed 002): it
         # matters when the operator raised --max-model-len above validated_length.
         self.validated_length = min(config.validated_length or self.max_length, self.max_length)
-        self.token_budget = token_budget
+        # None: sized for the device (sr_runtime/kernels.py; DEFAULT_TOKEN_BUDGET on CPU).
+        self.token_budget = token_budget or default_token_budget(backbone.device)
         self.state_cache = StateCache(state_cache_bytes)
         # Instructions and criteria repeat across requests, states too where they are reused.
         self.tokens = CachedTokenizer(checkpoint.tokenizer)
@@ -150,6 +151,8 @@ class Engine:
         self._partial: set[int] = set()
         self._truncated: set[tuple[int, int]] = set()
         self._stop: Callable[[], bool] = _never
+        # A call's distinct states in shared passes (on CUDA; see sr_runtime/kernels.py).
+        self.batch_prefills = batch_state_prefills(backbone.device)
 
     @classmethod
     def load(
@@ -418,18 +421,33 @@ class Engine:
     def _states(self, rows: Sequence[_Row]) -> dict[str, StateSnapshot]:
         """Each distinct state of these rows, from the LRU or computed once."""
         states: dict[str, StateSnapshot] = {}
+        missing: dict[str, _Row] = {}
         for row in rows:
-            if row.key in states:
+            if row.key in states or row.key in missing:
                 continue
             state = self.state_cache.get(row.key)
             if state is None:
-                if self._stop():  # a prefill is a pass of its own
-                    raise Stopped("every request of this engine call was abandoned")
-                state = self.backbone.prefill(row.prompt.state, self.config.attention_mode, row.prompt.media)
-                self.state_cache.put(row.key, state)
+                missing[row.key] = row
             else:
                 self._hits.add(row.key)
-            states[row.key] = state
+                states[row.key] = state
+        mode = self.config.attention_mode
+        if self.batch_prefills and mode == "prefix_bidir" and len(missing) > 1:
+            # Shortest first, so a pass pads little; each pass's rows times its longest within budget.
+            ordered = sorted(missing.values(), key=lambda r: len(r.prompt.state))
+            for group in self._each_pass(self._passes(ordered, lambda r: len(r.prompt.state))):
+                made = self.backbone.prefill_many(
+                    [r.prompt.state for r in group], mode, [r.prompt.media for r in group]
+                )
+                for row, state in zip(group, made):
+                    self.state_cache.put(row.key, state)
+                    states[row.key] = state
+            return states
+        for key, row in missing.items():
+            if self._stop():  # a prefill is a pass of its own
+                raise Stopped("every request of this engine call was abandoned")
+            states[key] = self.backbone.prefill(row.prompt.state, mode, row.prompt.media)
+            self.state_cache.put(key, states[key])
         return states
 
     def _state_hidden(self, row: _Row, states: dict[str, StateSnapshot]) -> torch.Tensor:
@@ -538,7 +556,7 @@ class Engine:
             assert isinstance(question, SetQuestion)
             if slots[i][q] is None:  # else one of its labels failed, and with it the set
                 slots[i][q] = set_answer(
-                    question, [probs[l] for l in range(len(probs))], self._threshold(question), composite=True
+                    question, [probs[label] for label in range(len(probs))], self._threshold(question), composite=True
                 )
         return [
             Result(

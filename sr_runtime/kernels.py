@@ -50,6 +50,21 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def batch_state_prefills(device: torch.device | str) -> bool:
+    """Whether the distinct states of a call are prefilled together (left-padded, a pass per
+    token budget) rather than one pass each. On CUDA one pass of many states is a few large
+    GEMMs instead of many small ones and their launches; on CPU each state's GEMMs are large
+    enough already and padding would be work for nothing."""
+    return torch.device(device).type == "cuda"
+
+
+def default_token_budget(device: torch.device | str) -> int:
+    """Tokens of one pass when the operator gives none: on CUDA a pass of 64K tokens keeps an
+    H200 busy (activations, not scores: attention holds none) and 32 requests of 512-token
+    states share one pass; on CPU 16K, the budget the CPU figures were measured with."""
+    return 65_536 if torch.device(device).type == "cuda" else 16_384
+
+
 def linear_attention_kernel(device: torch.device | str) -> str:
     """ "fla" where flash-linear-attention runs the linear-attention layers, else "torch"."""
     if torch.device(device).type != "cuda" or importlib.util.find_spec("fla") is None:
@@ -72,6 +87,24 @@ def _fused_only() -> Iterator[None]:
         yield
 
 
+def state_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, keys: torch.Tensor | None, causal: bool, scale: float
+) -> torch.Tensor:
+    """A state block's attention, [B, S, H, d] as transformers' SDPA returns it: SDPA with no
+    mask (`is_causal` under causal), or under prefix_bidir with `keys` ([B, 1, 1, S] additive,
+    hiding left padding) broadcast over queries, never an [S, S] tensor. Keys and values are
+    repeated to the query heads first (SDPA's memory-efficient kernel reads no grouped heads;
+    the flash kernel reads them either way). On CUDA inside `attention_kernels`: flash without
+    a mask in half precision, else memory-efficient."""
+    group = query.shape[1] // key.shape[1]
+    if group > 1:
+        key, value = key.repeat_interleave(group, dim=1), value.repeat_interleave(group, dim=1)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=keys, is_causal=causal and keys is None, scale=scale
+    )
+    return out.transpose(1, 2).contiguous()
+
+
 def attend(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor | None, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,8 +124,10 @@ def attend(
 def _attend_cuda(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor | None, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    length = query.shape[-2]
-    if bias is None and query.dtype in (torch.float16, torch.bfloat16) and query.shape[-1] <= FLASH_HEAD_DIM:
+    length, d = query.shape[-2:]
+    if d % 8:  # both fused kernels read head dims in multiples of 8 (SDPA pads them; we do not)
+        return plain_attend(query, key, value, bias, scale)
+    if bias is None and query.dtype in (torch.float16, torch.bfloat16) and d <= FLASH_HEAD_DIM:
         # (out, logsumexp [N, H, L] float32, cum_seq_q, cum_seq_k, max_q, max_k, seed, offset, debug)
         flash = torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, 0.0, False, False, scale=scale)
         return flash[0], flash[1]

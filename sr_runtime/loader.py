@@ -62,14 +62,14 @@ def load_engine(
     sequence-classification folder); only `default` takes one. `noul_threads`: how many of its
     batches run side by side (None: as many as torch's math threads at the time). `dtype`: what
     a checkpoint's weights run in (sr_runtime/kernels.py); `default` runs its own ONNX models."""
-    from sr_runtime.engine import DEFAULT_STATE_CACHE_BYTES, DEFAULT_TOKEN_BUDGET, Engine
+    from sr_runtime.engine import DEFAULT_STATE_CACHE_BYTES, Engine
 
     check_device(device)
     name = check_model(model)
     if noul_model is not None and model != "default":
         raise CheckpointError(f"--noul-model is for the built-in 'default', not {model!r}")
     cache_bytes = (DEFAULT_STATE_CACHE_BYTES if state_cache_bytes is None else state_cache_bytes) if state_cache else 0
-    options = {"state_cache_bytes": cache_bytes, "token_budget": token_budget or DEFAULT_TOKEN_BUDGET}
+    options = {"state_cache_bytes": cache_bytes, "token_budget": token_budget}  # None: sized for the device
     if model == "default":
         from sr_runtime.builtins.embedding import EmbeddingEngine
 

@@ -30,10 +30,10 @@ import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from sr_runtime.kernels import aligned_bias, attend, plain_attend
+from sr_runtime.kernels import aligned_bias, attend, plain_attend, state_attention
 
 ATTENTION = "sr_shared_prefix"
-__all__ = ["ATTENTION", "MASKED", "LastTokenTail", "SharedPrefix", "attend", "blocks", "plain_attend"]
+__all__ = ["ATTENTION", "MASKED", "LastTokenTail", "SharedPrefix", "StatePass", "attend", "blocks", "plain_attend"]
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -65,6 +65,19 @@ class SharedPrefix:
                 made = aligned_bias(made)
             self.scores[(width, group)] = made
         return made
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class StatePass:
+    """A state block's pass: full-attention layers attend with no [S, S] mask.
+
+    Under prefix_bidir every state token reads every other one (SDPA with no mask, is_causal
+    False); under causal SDPA's own causal flag. States of several lengths in one pass are
+    left-padded: `keys` ([B, 1, 1, W], additive) hides each row's padding keys, memory linear in
+    the state, and only under prefix_bidir (a causal pass of one state needs none)."""
+
+    bidirectional: bool
+    keys: torch.Tensor | None = None
 
 
 def blocks(
@@ -102,11 +115,16 @@ def shared_prefix_attention(
     attention_mask: torch.Tensor | None,
     shared_prefix: SharedPrefix | None = None,
     scaling: float | None = None,
+    state_pass: StatePass | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """Attention over each row's state and its own question when the pass reads a shared prefix,
-    else SDPA; returns [B, Qw, H, d] as transformers' SDPA does."""
-    if shared_prefix is None:  # a state prefill or a whole prompt: plain attention
+    a state block's attention without a dense mask (`state_pass`), else SDPA under the pass's
+    mask (a whole prompt); returns [B, Qw, H, d] as transformers' SDPA does."""
+    if state_pass is not None:  # whatever mask transformers made is not read
+        scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+        return state_attention(query, key, value, state_pass.keys, not state_pass.bidirectional, scale), None
+    if shared_prefix is None:  # a whole prompt: plain attention under its mask
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
     d = query.shape[-1]
     scale = d**-0.5 if scaling is None else scaling
