@@ -148,7 +148,8 @@ def _current_format(marked: Marked, text: str, file: str, problem: _Problems) ->
     if version > CURRENT_VERSION:
         problem(
             ("version",),
-            f"config format {version} is newer than this vllm-sr understands (formats 1 to {CURRENT_VERSION}); upgrade vllm-sr",
+            f"config format {version} is newer than this vllm-sr understands "
+            f"(formats 1 to {CURRENT_VERSION}); upgrade vllm-sr",
         )
         return None
     if version == CURRENT_VERSION:

@@ -197,7 +197,8 @@ def _read(p: Mapping[str, Any], version: str, received_at: float) -> ListenerDat
         missing = [m for m in names if m not in members]
         if missing:
             raise DataError(
-                f"sidecar data of version {version}: model {name!r} names members it does not describe: {', '.join(missing)}"
+                f"sidecar data of version {version}: model {name!r} names members it does not describe: "
+                f"{', '.join(missing)}"
             )
     auth = p.get("auth")
     return ListenerData(

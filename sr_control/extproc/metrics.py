@@ -58,8 +58,9 @@ class Metrics:
         self.responses = Family(
             Counter(
                 "vsr_listener_responses",
-                "Every response a listener sent, from Envoy's access log (Envoy's own replies and timeouts included), by "
-                "listener, status, and who answered: member, sidecar, route (404/405) or envoy (details: why).",
+                "Every response a listener sent, from Envoy's access log (Envoy's own replies and timeouts "
+                "included), by listener, status, and who answered: member, sidecar, route (404/405) "
+                "or envoy (details: why).",
                 ["listener", "status", "by", "details"],
                 registry=r,
             )

@@ -56,7 +56,7 @@ class Subscription:
         self.target = target
         self.store = store
         self.node = node
-        self.names = [names.sidecar(l) for l in listeners] or ["*"]
+        self.names = [names.sidecar(listener) for listener in listeners] or ["*"]
         self.status = SubscriptionStatus()
         self._on_change = on_change or (lambda data: None)
         self._stopped = asyncio.Event()

@@ -72,7 +72,7 @@ class VersionStore:
         """Drop versions no request named for the retention time, except each listener's newest."""
         now = self._clock()
         newest = {d.version for d in self._current.values()}
-        for version, data in list(self._by_version.items()):
+        for version in list(self._by_version):
             if version not in newest and now - self._used[version] > self.retention_s:
                 del self._by_version[version]
                 del self._used[version]

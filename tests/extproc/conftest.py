@@ -51,7 +51,8 @@ providers:
 deployments:
   full: {{provider: systemone, endpoint: "{r["full"].url}/v1/systemone", model: tiny, schema: vllm-sr/5.0}}
   backup: {{provider: systemone, endpoint: "{r["backup"].url}/v1/systemone", model: tiny, schema: vllm-sr/5.0}}
-  capped: {{provider: systemone, endpoint: "{r["capped"].url}/v1/systemone", model: tiny-26, schema: vllm-sr/5.0, api_key_env: VSR_TEST_RUNTIME_KEY}}
+  capped: {{provider: systemone, endpoint: "{r["capped"].url}/v1/systemone", model: tiny-26, schema: vllm-sr/5.0,
+           api_key_env: VSR_TEST_RUNTIME_KEY}}
   standard:
     provider: systemone
     endpoint: "{r["standard"].url}/v1/systemone"
@@ -89,7 +90,8 @@ listeners:
     address: 127.0.0.1
     port: {ports["v50"]}
     apis:
-      systemone: {{models: [vllm-sr/auto, tiny, tiny-26, ha, gateways, jev-1.13.0, tiny-std, mock, busy-first], max_deadline_ms: 20000}}
+      systemone: {{models: [vllm-sr/auto, tiny, tiny-26, ha, gateways, jev-1.13.0, tiny-std, mock, busy-first],
+                   max_deadline_ms: 20000}}
   - name: keyed
     address: 127.0.0.1
     port: {ports["keyed"]}

@@ -74,7 +74,6 @@ def get_text(url: str, timeout: float = 5) -> str:
 
 def metric(text: str, name: str, **labels: str) -> float:
     """The value of one sample of Prometheus text (0 when absent)."""
-    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     total = 0.0
     for line in text.splitlines():
         if line.startswith("#") or not line.startswith(name):

@@ -47,7 +47,7 @@ def test_the_seed_002_curl_through_a_5_0_listener_answers_as_the_runtime_does(wo
     # Envoy's access log line for it: the path the client asked for, the member that answered.
     request_id = reply.headers["x-request-id"]
     wait_for(lambda: request_id in world.envoy.log.read_text(), what="the access log line")
-    (line,) = [json.loads(l) for l in world.envoy.log.read_text().splitlines() if request_id in l]
+    (line,) = [json.loads(entry) for entry in world.envoy.log.read_text().splitlines() if request_id in entry]
     assert line["path"] == "/v1/systemone" and line["status"] == 200 and line["member"] in ("full", "backup")
 
 
@@ -179,7 +179,8 @@ def test_a_whole_reply_goes_through_unread_and_any_other_is_read(world: World, t
 deployments:
   full: {{provider: systemone, endpoint: "{full}/v1/systemone", model: tiny, schema: vllm-sr/5.0}}
 listeners:
-  - {{name: v40, address: 127.0.0.1, port: {listeners["v40"]}, apis: {{systemone: {{schema: vllm-sr/4.0, models: [tiny]}}}}}}
+  - {{name: v40, address: 127.0.0.1, port: {listeners["v40"]},
+     apis: {{systemone: {{schema: vllm-sr/4.0, models: [tiny]}}}}}}
   - {{name: v50, address: 127.0.0.1, port: {listeners["v50"]}, apis: {{systemone: {{models: [tiny]}}}}}}
 """
     sidecar_port = free_port()
@@ -216,7 +217,7 @@ listeners:
         )
         assert (count, status) == (4, 200) and list(doc["responses"]) == ["a", "b"]
         # The access log names the member Envoy forwarded to, as it names one the sidecar calls.
-        lines = [json.loads(l) for l in envoy.log.read_text().splitlines() if l.startswith("{")]
+        lines = [json.loads(entry) for entry in envoy.log.read_text().splitlines() if entry.startswith("{")]
         assert lines and all(
             line["member"] == "full" and line["upstream_cluster"] == "deployment/full" for line in lines[-4:]
         )

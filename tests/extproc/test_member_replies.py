@@ -53,7 +53,11 @@ REQUEST = json.dumps(
         },
     }
 ).encode()
-GOOD = b'{"model": "d3", "answers": {"urgent": {"type": "noul", "noul": 0.9}, "team": {"type": "choice", "choice": "engineering", "probabilities": {"billing": 0.1, "engineering": 0.9}, "confidence": 0.8}}, "usage": {"input_tokens": 20, "output_tokens": 0}}'
+GOOD = (
+    b'{"model": "d3", "answers": {"urgent": {"type": "noul", "noul": 0.9}, "team": {"type": "choice", '
+    b'"choice": "engineering", "probabilities": {"billing": 0.1, "engineering": 0.9}, "confidence": 0.8}}, '
+    b'"usage": {"input_tokens": 20, "output_tokens": 0}}'
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
@@ -143,7 +147,9 @@ def test_the_sidecars_own_call_sends_a_whole_reply_on_as_it_came_and_reads_any_o
                 except asyncio.IncompleteReadError:
                     return  # the sidecar closed its connection
                 length = next(
-                    int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
                 )
                 asked = json.loads(await reader.readexactly(length))
                 # Said of every reply, a batch's too: the sidecar must not take a batch's on trust.

@@ -25,7 +25,8 @@ providers:
     - {name: judge, api_format: systemone, schema: vllm-sr/5.0, endpoints: ["http://10.0.0.2:8100/v1/systemone"]}
 deployments:
   a: {provider: systemone, endpoint: "http://10.0.0.3:8100/v1/systemone", model: d3, schema: vllm-sr/5.0}
-  b: {provider: systemone, endpoint: "https://gw.example/api/v1/systemone", model: d3-gw, deviations: [state_text], max_concurrency: 3, capabilities: {question_types: [noul]}}
+  b: {provider: systemone, endpoint: "https://gw.example/api/v1/systemone", model: d3-gw, deviations: [state_text],
+      max_concurrency: 3, capabilities: {question_types: [noul]}}
 pools:
   vllm-sr/auto: {members: [a, b]}
 listeners:

@@ -256,9 +256,11 @@ def test_envoy_forwarding_to_a_runtime_with_a_key_adds_it_and_drops_the_listener
     capped = world.runtimes["capped"].url
     config = f"""version: 2
 deployments:
-  capped: {{provider: systemone, endpoint: "{capped}/v1/systemone", model: tiny-26, schema: vllm-sr/5.0, api_key_env: VSR_TEST_RUNTIME_KEY}}
+  capped: {{provider: systemone, endpoint: "{capped}/v1/systemone", model: tiny-26, schema: vllm-sr/5.0,
+           api_key_env: VSR_TEST_RUNTIME_KEY}}
 listeners:
-  - {{name: keyed, address: 127.0.0.1, port: {port}, auth: {{keys_env: VSR_TEST_LISTENER_KEYS}}, apis: {{systemone: {{models: [tiny-26]}}}}}}
+  - {{name: keyed, address: 127.0.0.1, port: {port}, auth: {{keys_env: VSR_TEST_LISTENER_KEYS}},
+     apis: {{systemone: {{models: [tiny-26]}}}}}}
 """
     sidecar_port = free_port()
     plane = Plane(tmp_path, config, sidecar_port)
@@ -278,7 +280,7 @@ listeners:
         )
         assert reply.status == 200, reply.body
         assert reply.json()["answers"]["q"]["type"] == "noul"
-        lines = [json.loads(l) for l in envoy.log.read_text().splitlines() if l.startswith("{")]
+        lines = [json.loads(entry) for entry in envoy.log.read_text().splitlines() if entry.startswith("{")]
         assert lines[-1]["upstream_cluster"] == "deployment/capped"  # Envoy, not the sidecar, called it
     finally:
         envoy.stop()

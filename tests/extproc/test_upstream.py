@@ -66,7 +66,7 @@ async def serving(pieces: list[bytes], close: bool, call: Callable[[str], Awaita
     async def member(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         length = next(
-            (int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")), 0
+            (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0
         )
         await reader.readexactly(length)
         for piece in pieces:
