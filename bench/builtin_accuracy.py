@@ -18,7 +18,8 @@ Then, for `default`, the noul time a client sees: p50/p99 of one-question reques
 one request with 64 noul questions. `--noul-model PATH` measures (or `--fit`s) a noul model you
 bring; its fit prints the vllm-sr-noul.json to put beside it.
 
-    .venv/bin/python bench/builtin_accuracy.py [--models default,smollm2-135m] [--parts dev,heldout] [--fit] [--noul-model PATH]
+    .venv/bin/python bench/builtin_accuracy.py [--models default,smollm2-135m] [--parts dev,heldout]
+        [--fit] [--noul-model PATH]
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ def evaluate(name: str, device: str, parts: list[str], noul_model: Path | None =
         for kind in TYPES:
             low, high = wilson(right[kind], count[kind])
             print(
-                f"| {part} | {kind} | {count[kind]} | {right[kind] / count[kind]:.1%} | {low:.0%}-{high:.0%} | {base[kind]:.1%} |"
+                f"| {part} | {kind} | {count[kind]} | {right[kind] / count[kind]:.1%} | {low:.0%}-{high:.0%} "
+                f"| {base[kind]:.1%} |"
             )
     print(f"\n{took / timed * 1000:.0f} ms per one-question request on average ({timed} requests)")
     for label, file in (("seed 002 curl example", "seed-002-curl.json"), ("seed 002 request", "seed-002-request.json")):
@@ -159,8 +161,9 @@ def fit_default() -> None:
         if j % folds == i
     )
     print(
-        f"\n## default: fitted constants\n\nnoul threshold fitted on all {len(feats)}: {best(feats):.3f} (in code: {NOUL_THRESHOLD}); "
-        f"5-fold cross-validated accuracy of the relevance reading: {held / len(feats):.0%}"
+        "\n## default: fitted constants\n\n"
+        f"noul threshold fitted on all {len(feats)}: {best(feats):.3f} (in code: {NOUL_THRESHOLD}); 5-fold "
+        f"cross-validated accuracy of the relevance reading: {held / len(feats):.0%}"
     )
 
     def loss(t: float) -> float:
@@ -247,8 +250,8 @@ def fit_nli(noul_model: Path | None = None) -> None:
         fitted.update(zip(keys, (round(threshold, 3), round(temperature, 3))))
         right = sum((d >= threshold) == label for d, label in samples)
         print(
-            f"NLI {name}: threshold {threshold:.3f}, temperature {temperature:.3f} (in use: {constants[0]}, {constants[1]}); "
-            f"{right}/{len(samples)} right at the threshold"
+            f"NLI {name}: threshold {threshold:.3f}, temperature {temperature:.3f} (in use: {constants[0]}, "
+            f"{constants[1]}); {right}/{len(samples)} right at the threshold"
         )
     if noul_model is not None:
         print(f"\n{CALIBRATION} beside the model: {json.dumps(fitted)}")
@@ -303,7 +306,9 @@ def timing(noul_model: Path | None, runs: int) -> None:
         server.wait(30)
     p50, p99 = np.percentile(took, [50, 99])
     print(
-        f"\nthrough vllm-srun serve default: one-question noul request p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(took)} requests (target p50 <= 60 ms)"
+        "\n"
+        f"through vllm-srun serve default: one-question noul request p50 {p50:.0f} ms, p99 {p99:.0f} ms over "
+        f"{len(took)} requests (target p50 <= 60 ms)"
     )
     print(f"64 noul questions in one request: {min(big):.2f}-{max(big):.2f} s over {len(big)} runs (target <= 3 s)")
 

@@ -126,7 +126,9 @@ def canned_upstream(port: int) -> None:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 path = lines[0].split(" ")[1]
-                length = next((int(l.split(":", 1)[1]) for l in lines if l.lower().startswith("content-length:")), 0)
+                length = next(
+                    (int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:")), 0
+                )
                 if length:
                     await reader.readexactly(length)
                 body = {"/health": HEALTH, "/v1/models": CARD}.get(path, REPLY)
@@ -415,11 +417,13 @@ def main() -> None:
             (bare_ms, ours_ms, direct_ms), (bare_cpu, ours_cpu, direct_cpu) = interleaved(stacks, n)
             direct.stop()
             print(
-                f"4-question request through Envoy, {n} sequential requests (in 5 rounds, the three stacks taking turns, each after a warm-up); canned member"
+                f"4-question request through Envoy, {n} sequential requests (in 5 rounds, the three stacks "
+                "taking turns, each after a warm-up); canned member"
             )
             print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
             print(
-                f"{'':38s} {'p50 ms':>8s} {'p99 ms':>8s} {'p50 added':>10s} {'p99 added':>10s} {'ext_proc CPU ms/req':>20s}"
+                f"{'':38s} {'p50 ms':>8s} {'p99 ms':>8s} {'p50 added':>10s} {'p99 added':>10s} "
+                f"{'ext_proc CPU ms/req':>20s}"
             )
             rows = (
                 ("bare ext_proc (names the cluster)", bare_ms, bare_cpu),
@@ -435,18 +439,23 @@ def main() -> None:
                 print(f"{label:38s} {p(ms, 50):8.3f} {p(ms, 99):8.3f} {added} {cpu:20.3f}")
             print(f"target: at most {TARGET_ADDED_MS} ms p50 added over the bare ext_proc")
             print(
-                f"CPU the sidecar adds per request (a sequential client waits for it; load from outside cannot inflate it much): {ours_cpu - bare_cpu:.3f} ms (Envoy forwards), {direct_cpu - bare_cpu:.3f} ms (calls the member itself)"
+                "CPU the sidecar adds per request (a sequential client waits for it; load from outside "
+                f"cannot inflate it much): {ours_cpu - bare_cpu:.3f} ms (Envoy forwards), "
+                f"{direct_cpu - bare_cpu:.3f} ms (calls the member itself)"
             )
 
             print(
-                f"\nthroughput, 8 client processes on keep-alive connections, {args.seconds:.0f} s each (the sidecar on its default, --forwarding auto)"
+                "\n"
+                f"throughput, 8 client processes on keep-alive connections, {args.seconds:.0f} s each (the "
+                "sidecar on its default, --forwarding auto)"
             )
             print(f"  bare ext_proc:              {throughput(bare.port, args.seconds):8.0f} req/s")
             for workers in (1, 2):
                 ours.start_sidecar(["--workers", str(workers)])  # the default forwarding: auto
                 ours.wait_routes()
                 print(
-                    f"  sidecar, {workers} worker{'s' if workers > 1 else ' '}:          {throughput(ours.port, args.seconds):8.0f} req/s"
+                    f"  sidecar, {workers} worker{'s' if workers > 1 else ' '}:          "
+                    f"{throughput(ours.port, args.seconds):8.0f} req/s"
                 )
         finally:
             for stack in (direct, ours, bare):
@@ -481,7 +490,8 @@ def whole_path(directory: Path, n: int) -> None:
     print(f"\nwhole path, tiny checkpoint, {n} sequential 4-question requests")
     print(f"  runtime directly:           p50 {p(direct, 50):7.3f} ms  p99 {p(direct, 99):7.3f} ms")
     print(
-        f"  through the listener:       p50 {p(listener, 50):7.3f} ms  p99 {p(listener, 99):7.3f} ms  ({p(listener, 50) / p(direct, 50):.2f}x the runtime's p50)"
+        f"  through the listener:       p50 {p(listener, 50):7.3f} ms  p99 {p(listener, 99):7.3f} ms  "
+        f"({p(listener, 50) / p(direct, 50):.2f}x the runtime's p50)"
     )
 
 

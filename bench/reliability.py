@@ -38,7 +38,7 @@ from sr_runtime.presets import create  # noqa: E402
 from tests.extproc.harness import Runtime  # noqa: E402
 from tests.reliability.front import batch, front  # noqa: E402
 from tests.reliability.parts import ASK, Figures, peak_rss, post, stack, write  # noqa: E402
-from tests.reliability.runtime_scenarios import (
+from tests.reliability.runtime_scenarios import (  # noqa: E402
     OVER,
     TUNED_FLAGS,
     Tuned,
@@ -72,7 +72,10 @@ def restarts(directory: Path, member: Runtime, count: int) -> None:
                 r = xds_restart(s, edit=edit)
                 what = "edited while down" if edit else "unchanged"
                 back = ", ".join(f"{node} {seconds:.2f} s" for node, seconds in sorted(r.reconnected_s.items()))
-                more = f"down {r.down_s:.1f} s, answered {r.answered_while_down} meanwhile; after the restart: reconnected {back}, resynced {r.resync_s:.2f} s"
+                more = (
+                    f"down {r.down_s:.1f} s, answered {r.answered_while_down} meanwhile; after the restart: "
+                    f"reconnected {back}, resynced {r.resync_s:.2f} s"
+                )
                 if edit:
                     more += f", new listener answering after {r.new_listener_s:.2f} s"
                 row(f"xds restart ({ads}, config {what})", r.figures, more)
@@ -84,7 +87,10 @@ def edits(directory: Path, member: Runtime) -> None:
     with stack(directory / "edits", member, in_process=True) as s:
         r = invalid_edits(s)
     refused = ", ".join(
-        f"{x.edit}: {x.result} at line {x.problems[0]['line'] if x.problems else '?'}{'' if x.still_acked else ' (PUSHED)'}"
+        (
+            f"{x.edit}: {x.result} at line "
+            f"{x.problems[0]['line'] if x.problems else '?'}{'' if x.still_acked else ' (PUSHED)'}"
+        )
         for x in r.refusals
     )
     row("invalid edits", r.figures, f"{refused}; next valid edit served: {r.next_valid_served}")
@@ -98,7 +104,10 @@ def bad(directory: Path, tiny: Path, examples: int) -> None:
         row(
             "runtime bad input",
             r.figures,
-            f"statuses {statuses}; alive after: {r.alive}; peak RSS {r.rss_before / MiB:.0f} MiB loaded -> {r.rss_peak / MiB:.0f} MiB",
+            (
+                f"statuses {statuses}; alive after: {r.alive}; peak RSS {r.rss_before / MiB:.0f} MiB loaded -> "
+                f"{r.rss_peak / MiB:.0f} MiB"
+            ),
         )
         for f in r.failures[:5]:
             print(f"    failed: {f.case} {f.status} {f.error} {f.body[:200]!r}")
@@ -141,7 +150,10 @@ def overloaded(directory: Path, tiny: Path, bursts: int, clients: int) -> None:
         row(
             f"runtime overload ({bursts} bursts of {clients}, {' '.join(TUNED_FLAGS)})",
             r.burst,
-            f"statuses {statuses}; longest 529 {r.longest_529_s * 1000:.0f} ms, longest 200 {r.longest_200_s * 1000:.0f} ms",
+            (
+                f"statuses {statuses}; longest 529 {r.longest_529_s * 1000:.0f} ms, longest 200 "
+                f"{r.longest_200_s * 1000:.0f} ms"
+            ),
         )
         row("runtime after the bursts, one client", r.after)
     finally:
@@ -179,12 +191,12 @@ def head_of_line(directory: Path, samples: int) -> None:
                 batches: list[tuple[int, float]] = []
                 while len(busy) < samples:
 
-                    def big() -> None:
+                    def big(port: int, batches: list[tuple[int, float]]) -> None:
                         sent = time.monotonic()
                         status = post(port, batch(200), path="/v1/systemone/batch", timeout=600).status
                         batches.append((status, time.monotonic() - sent))
 
-                    thread = threading.Thread(target=big)
+                    thread = threading.Thread(target=big, args=(port, batches))
                     thread.start()
                     time.sleep(0.3)  # the batch reaches the runtime first
                     while thread.is_alive() and len(busy) < samples:
@@ -194,9 +206,10 @@ def head_of_line(directory: Path, samples: int) -> None:
                 row(
                     f"head-of-line, default, {name}",
                     Figures(len(idle) + len(busy), 0, max(idle + busy)),
-                    f"one question idle p50 {i50 * 1000:.0f} ms p99 {i99 * 1000:.0f} ms; with a 200-state batch in flight "
-                    f"p50 {b50 * 1000:.0f} ms p99 {b99 * 1000:.0f} ms ({b99 / i99:.2f}x idle p99, target <= 3x); "
-                    f"batches {', '.join(f'{status} in {s:.1f} s' for status, s in batches)}",
+                    f"one question idle p50 {i50 * 1000:.0f} ms p99 {i99 * 1000:.0f} ms; with a 200-state "
+                    f"batch in flight p50 {b50 * 1000:.0f} ms p99 {b99 * 1000:.0f} ms ({b99 / i99:.2f}x idle "
+                    "p99, target <= 3x); batches "
+                    f"{', '.join(f'{status} in {s:.1f} s' for status, s in batches)}",
                 )
     finally:
         runtime.stop()

@@ -97,7 +97,10 @@ class Connection:
         return cls(*await asyncio.open_connection(host, int(port)))
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        head = f"POST {path} HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        head = (
+            f"POST {path} HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n"
+        )
         self.writer.write(head.encode() + body)
         status_line, *headers = (await self.reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
         length = next(int(h.split(":", 1)[1]) for h in headers if h.lower().startswith("content-length:"))
@@ -189,8 +192,8 @@ def run(
         p99 = percentile(seen, 99)
         out[clients] = (rate, p99)
         print(
-            f"| {label} | {reuse} | {clients} | {rate} ({min(rates[clients])}-{max(rates[clients])}) | {percentile(seen, 50) * 1000:.1f} | {p99 * 1000:.1f} "
-            f"| {per_call:.1f} | {computed:.2f} |",
+            f"| {label} | {reuse} | {clients} | {rate} ({min(rates[clients])}-{max(rates[clients])}) | "
+            f"{percentile(seen, 50) * 1000:.1f} | {p99 * 1000:.1f} | {per_call:.1f} | {computed:.2f} |",
             flush=True,
         )
     return out
@@ -224,11 +227,13 @@ def main() -> None:
         tiny = create(Path(tmp) / args.preset, args.preset, seed=0)
         print(
             f"# vllm-srun serve {args.preset} --device {args.device}: {len(QUESTIONS)} questions a request, "
-            f"{args.states} distinct states of {args.state_words} words, {args.seconds:.0f} s per row in {args.rounds} windows taking turns, {os.cpu_count()} CPUs, "
-            f"load average {os.getloadavg()[0]:.1f}\n"
+            f"{args.states} distinct states of {args.state_words} words, {args.seconds:.0f} s per row in "
+            f"{args.rounds} windows taking turns, {os.cpu_count()} CPUs, load average "
+            f"{os.getloadavg()[0]:.1f}\n"
         )
         print(
-            "| model | state reuse | clients | req/s (median window; range) | p50 ms | p99 ms | requests per engine call | states computed per request |"
+            "| model | state reuse | clients | req/s (median window; range) | p50 ms | p99 ms | requests per "
+            "engine call | states computed per request |"
         )
         print("|---|---|---|---|---|---|---|---|")
         rates = {reuse: run(tiny, args, reuse, counts, pool, "tiny") for reuse in ("on", "off")}
@@ -246,27 +251,32 @@ def main() -> None:
         for reuse in ("on", "off"):
             r = rates[reuse]
             print(
-                f"tiny, state reuse {reuse}: throughput at {top} clients / at 1 client = {r[top][0] / r[1][0]:.2f}; p99 at {top} clients {r[top][1] * 1000:.0f} ms"
+                f"tiny, state reuse {reuse}: throughput at {top} clients / at 1 client = "
+                f"{r[top][0] / r[1][0]:.2f}; p99 at {top} clients {r[top][1] * 1000:.0f} ms"
             )
         if large is not None:
             print(
-                f"{args.large}, state reuse on: throughput at {top} clients / at 1 client = {large[top][0] / large[1][0]:.2f}; p99 at {top} clients {large[top][1] * 1000:.0f} ms"
+                f"{args.large}, state reuse on: throughput at {top} clients / at 1 client = "
+                f"{large[top][0] / large[1][0]:.2f}; p99 at {top} clients {large[top][1] * 1000:.0f} ms"
             )
         for clients in counts:
             print(
-                f"tiny, {clients} clients: throughput with state reuse / without = {rates['on'][clients][0] / rates['off'][clients][0]:.2f}"
+                f"tiny, {clients} clients: throughput with state reuse / without = "
+                f"{rates['on'][clients][0] / rates['off'][clients][0]:.2f}"
             )
         if workers is not None:
             print(
-                f"tiny, {args.workers} workers, state reuse on: throughput at {top} clients / at 1 client = {workers[top][0] / workers[1][0]:.2f}; "
-                f"p99 at {top} clients {workers[top][1] * 1000:.0f} ms; at {top} clients {workers[top][0] / rates['on'][top][0]:.2f}x one worker"
+                f"tiny, {args.workers} workers, state reuse on: throughput at {top} clients / at 1 client = "
+                f"{workers[top][0] / workers[1][0]:.2f}; p99 at {top} clients {workers[top][1] * 1000:.0f} "
+                f"ms; at {top} clients {workers[top][0] / rates['on'][top][0]:.2f}x one worker"
             )
         if 1 in counts:
             for label, r in (("one worker", rates["on"]), (f"--workers {args.workers}", workers)):
                 if r is not None:
                     verdict = "meets" if r[top][0] >= 3 * r[1][0] else "MISSES"
                     print(
-                        f"# issue 14's target: at least 3x from 1 to {top} clients on the tiny checkpoint with state reuse on, {label}: {verdict}"
+                        f"# issue 14's target: at least 3x from 1 to {top} clients on the tiny checkpoint "
+                        f"with state reuse on, {label}: {verdict}"
                     )
 
 

@@ -172,15 +172,16 @@ def main() -> None:
                 dp = max(abs(x - y) for p, q in zip(a.answers, b.answers) for x, y in zip(probs(p), probs(q)))  # type: ignore[attr-defined]
                 limit = token_limit(engine, request)
                 print(
-                    f"{size:>6} {n:>9} {fast:>13.3f} {slow:>12.3f} {fast / slow:>7.3f} {slow / fast:>8.1f}x {limit:>6.1f}x "
-                    f"{fast_cpu / slow_cpu:>9.3f} {dp:>10.2e}"
+                    f"{size:>6} {n:>9} {fast:>13.3f} {slow:>12.3f} {fast / slow:>7.3f} {slow / fast:>8.1f}x "
+                    f"{limit:>6.1f}x {fast_cpu / slow_cpu:>9.3f} {dp:>10.2e}"
                 )
                 if size == 2048 and n == 16:
                     within = limit / (slow / fast)
                     verdict = "meets" if within <= 1.3 and dp <= 1e-4 else "MISSES"
                     print(
-                        f"# 16 questions on a 2K state: {slow / fast:.1f}x faster than the reference, the token limit "
-                        f"{limit:.1f}x is {within:.2f}x that (median of {repeats}; {verdict} the target: within 1.3x, |dp| <= 1e-4)"
+                        f"# 16 questions on a 2K state: {slow / fast:.1f}x faster than the reference, the "
+                        f"token limit {limit:.1f}x is {within:.2f}x that (median of {repeats}; {verdict} the "
+                        "target: within 1.3x, |dp| <= 1e-4)"
                     )
         if args.media:
             media_rows(Path(tmp), args, options)
@@ -194,7 +195,8 @@ def media_rows(tmp: Path, args: argparse.Namespace, options: dict) -> None:  # t
     assets = {"⟦img-1⟧": Media("image", photo(), "jpeg"), "⟦vid-1⟧": Media("video", clip(), "mp4")}
     kinds = {"image": ("⟦img-1⟧",), "video": ("⟦img-1⟧", "⟦vid-1⟧")}  # "video": a 10 s video with an image
     print(
-        "# media on hybrid-vision: a 640x480 JPEG; a 10 s 320x240 MP4 at 15 fps (sampled to 8 frames) with that image; then 256 text tokens"
+        "# media on hybrid-vision: a 640x480 JPEG; a 10 s 320x240 MP4 at 15 fps (sampled to 8 frames) with "
+        "that image; then 256 text tokens"
     )
     for kind in [k for k in args.media.split(",") if k]:
         lead = kinds[kind]

@@ -51,11 +51,11 @@ from pathlib import Path
 # `xds` package of xds-protos, which Envoy's protos import.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from sr_control.compiler import Address, Settings, bootstrap, compile, convert
-from sr_control.compiler.envoy import envoy_binary
-from sr_control.compiler.output import to_yaml
-from sr_control.compiler.protos import to_dict
-from sr_control.config.load import load_text
+from sr_control.compiler import Address, Settings, bootstrap, compile, convert  # noqa: E402
+from sr_control.compiler.envoy import envoy_binary  # noqa: E402
+from sr_control.compiler.output import to_yaml  # noqa: E402
+from sr_control.compiler.protos import to_dict  # noqa: E402
+from sr_control.config.load import load_text  # noqa: E402
 
 COMPILE_TARGET_S = 1.0
 EDIT_TARGET_MS = 100.0
@@ -80,7 +80,10 @@ def config(
         return out + (f", messages: {{models: [{new_model}]}}}}" if new_model else "}")
 
     rows = "\n".join(
-        f"  - {{name: l{i}, address: 127.0.0.1, port: {base_port + i}, apis: {apis(responses if edited in (None, i) else True)}}}"
+        (
+            f"  - {{name: l{i}, address: 127.0.0.1, port: {base_port + i}, apis: "
+            f"{apis(responses if edited in (None, i) else True)}}}"
+        )
         for i in range(listeners)
     )
     extra = f'    - {{name: {new_model}, api_format: messages, endpoints: ["{upstream}/v1"]}}\n' if new_model else ""
@@ -119,13 +122,15 @@ def bench_compile() -> None:
             else ""
         )
         print(
-            f"  {n:5d} listeners  compile {first * 1000:7.1f} ms first, {min(times) * 1000:7.1f} ms best   (load + validate {load_s * 1000:7.1f} ms)  {mark}"
+            f"  {n:5d} listeners  compile {first * 1000:7.1f} ms first, {min(times) * 1000:7.1f} ms best   "
+            f"(load + validate {load_s * 1000:7.1f} ms)  {mark}"
         )
     # The cache of packed Any values (compiler/convert.py): what it holds after the 1,000
     # listeners, and what the same compile costs with nothing cached.
     packed = convert._PACKED
     print(
-        f"  Any cache after 1000 listeners: {len(packed)} entries, {packed.size / 2**20:.1f} MiB of its {packed.limit / 2**20:.0f} MiB bound"
+        f"  Any cache after 1000 listeners: {len(packed)} entries, {packed.size / 2**20:.1f} MiB of its "
+        f"{packed.limit / 2**20:.0f} MiB bound"
     )
     limit, packed.limit = packed.limit, 0
     try:
@@ -458,7 +463,10 @@ listeners:
                 gc.collect()
                 start = time.perf_counter()
                 api.put("bench", endpoint_slice("rt-1", "rt", [(target, True)], port=pod_port))
-                _wait(lambda: any(t > start for t in _Pod.arrivals.get(target, ())[-5:]), timeout=10)
+                _wait(
+                    lambda start=start, target=target: any(t > start for t in _Pod.arrivals.get(target, ())[-5:]),
+                    timeout=10,
+                )
                 latencies.append((min(t for t in _Pod.arrivals[target] if t > start) - start) * 1000)
                 time.sleep(0.05)
             stop.set()
@@ -521,7 +529,8 @@ def main() -> None:
         verdict = "met" if statistics.median(ms) < EDIT_TARGET_MS else "MISSED"
         print(f"  {_summary(ms)}   target p50 < {EDIT_TARGET_MS:.0f} ms: {verdict}")
         print(
-            f"a new cluster and a route to it, then both removed, over {ads} ADS ({args.edits} edits; push order at work):"
+            f"a new cluster and a route to it, then both removed, over {ads} ADS ({args.edits} edits; push "
+            "order at work):"
         )
         ms, seen = bench_edits(ads, args.edits, new_clusters=True)
         added, removed = ms[0::2], ms[1::2]
@@ -543,19 +552,24 @@ def _saves(protocols: list[str], edits: int) -> None:
 
 def _scale(protocols: list[str], edits: int, sizes: list[int]) -> None:
     print(
-        f"one-listener edit on big configs, in process ({edits} edits: file -> Reloader.reload() -> snapshot set; no watch, no Envoy):"
+        f"one-listener edit on big configs, in process ({edits} edits: file -> Reloader.reload() -> snapshot "
+        "set; no watch, no Envoy):"
     )
     for n in sizes:
         first, ms = bench_reload(n, edits)
         print(f"  {n:5d} listeners  first load {first:7.1f} ms   edit {_summary(ms)}")
     for ads in protocols:
         print(
-            f"one-listener edit to effect on big configs over {ads} ADS ({edits} edits each, file replace -> client of that listener sees the change):"
+            f"one-listener edit to effect on big configs over {ads} ADS ({edits} edits each, file replace -> "
+            "client of that listener sees the change):"
         )
         for n in sizes:
             ms, _ = bench_edits(ads, edits, listeners=n)
             mark = (
-                f"   target p50 < {EDIT_TARGET_MS:.0f} ms: {'met' if statistics.median(ms) < EDIT_TARGET_MS else 'MISSED'}"
+                (
+                    f"   target p50 < {EDIT_TARGET_MS:.0f} ms: "
+                    f"{'met' if statistics.median(ms) < EDIT_TARGET_MS else 'MISSED'}"
+                )
                 if n == max(sizes)
                 else ""
             )
@@ -565,7 +579,8 @@ def _scale(protocols: list[str], edits: int, sizes: list[int]) -> None:
 def _discovery(protocols: list[str], changes: int) -> None:
     for ads in protocols:
         print(
-            f"EndpointSlice change to Envoy routing by it over {ads} ADS ({changes} changes, each replacing the only ready pod):"
+            f"EndpointSlice change to Envoy routing by it over {ads} ADS ({changes} changes, each replacing "
+            "the only ready pod):"
         )
         ms, seen = bench_discovery(ads, changes)
         statuses = ", ".join(f"{code or 'no answer'}: {n}" for code, n in sorted(seen.items()))

@@ -65,7 +65,10 @@ def check_provider_models(ctx: Context) -> Iterator[Finding]:
         elif model.schema_ not in schemas.UPSTREAM_SCHEMAS:
             yield (
                 loc + ("schema",),
-                f"{model.schema_} is served to clients, not spoken to upstreams (upstream schemas: {_supported(schemas.UPSTREAM_SCHEMAS)})",
+                (
+                    f"{model.schema_} is served to clients, not spoken to upstreams (upstream schemas: "
+                    f"{_supported(schemas.UPSTREAM_SCHEMAS)})"
+                ),
             )
 
 
@@ -81,7 +84,10 @@ def check_deployments(ctx: Context) -> Iterator[Finding]:
         if dep.schema_ not in schemas.UPSTREAM_SCHEMAS:
             yield (
                 loc + ("schema",),
-                f"{dep.schema_} is served to clients, not spoken to upstreams (upstream schemas: {_supported(schemas.UPSTREAM_SCHEMAS)})",
+                (
+                    f"{dep.schema_} is served to clients, not spoken to upstreams (upstream schemas: "
+                    f"{_supported(schemas.UPSTREAM_SCHEMAS)})"
+                ),
             )
         seen: set[str] = set()
         for j, dev in enumerate(dep.deviations):
@@ -123,7 +129,10 @@ def check_systemone_02_capabilities(ctx: Context) -> Iterator[Finding]:
             if preset_kind in REFUSE["question_type"]:
                 yield (
                     loc + ("presets", j),
-                    f"{rule} cannot carry preset {preset!r}: it needs {preset_kind} questions (0.2 presets expand to instructions and criteria)",
+                    (
+                        f"{rule} cannot carry preset {preset!r}: it needs {preset_kind} questions (0.2 presets "
+                        "expand to instructions and criteria)"
+                    ),
                 )
 
 
@@ -248,7 +257,10 @@ def _check_apis(ctx: Context, loc: Loc, apis: dict[str, ApiSettings], models: Mo
             elif settings.schema_ not in api.schemas or settings.schema_ not in schemas.LISTENER_SCHEMAS:
                 yield (
                     here + ("schema",),
-                    f"a listener cannot serve {api.name} in {settings.schema_} (listener schemas: {_supported(schemas.LISTENER_SCHEMAS)})",
+                    (
+                        f"a listener cannot serve {api.name} in {settings.schema_} (listener schemas: "
+                        f"{_supported(schemas.LISTENER_SCHEMAS)})"
+                    ),
                 )
         for setting in ("max_deadline_ms",):
             if getattr(settings, setting) is not None and setting not in api.settings:
@@ -264,13 +276,19 @@ def _check_apis(ctx: Context, loc: Loc, apis: dict[str, ApiSettings], models: Mo
             elif kind != api.kind:
                 yield (
                     here + ("models", j),
-                    f"{model!r} is {'an LLM' if kind == 'llm' else 'a decision'} model; {api.name} serves {api.kind} models",
+                    (
+                        f"{model!r} is {'an LLM' if kind == 'llm' else 'a decision'} model; {api.name} serves "
+                        f"{api.kind} models"
+                    ),
                 )
             elif kind == "llm" and models.formats.get(model) != api.name:
                 # The router forwards LLM requests as they are; it does not translate formats.
                 yield (
                     here + ("models", j),
-                    f"{model!r} speaks {models.formats.get(model)}, not {api.name}; list it under {models.formats.get(model)} (the router does not translate between LLM formats)",
+                    (
+                        f"{model!r} speaks {models.formats.get(model)}, not {api.name}; list it under "
+                        f"{models.formats.get(model)} (the router does not translate between LLM formats)"
+                    ),
                 )
 
 

@@ -14,7 +14,9 @@ CORPUS = ROOT / "tests" / "config" / "migrations"
 def _commands(help_text: str) -> dict[str, str]:
     section = help_text.split("Commands:", 1)[1]
     return {
-        l.split()[0]: l.split(None, 1)[1] for l in section.splitlines() if l.startswith("  ") and len(l.split()) > 1
+        row.split()[0]: row.split(None, 1)[1]
+        for row in section.splitlines()
+        if row.startswith("  ") and len(row.split()) > 1
     }
 
 
@@ -55,7 +57,10 @@ def test_validate_json_output(cli, tmp_path: Path) -> None:  # type: ignore[no-u
             "line": 3,
             "column": 31,
             "path": "listeners[0].apis.grpc",
-            "message": "unknown API 'grpc' (supported: chat_completions, responses, messages, images, systemone, openai, anthropic)",
+            "message": (
+                "unknown API 'grpc' (supported: chat_completions, responses, messages, images, systemone, "
+                "openai, anthropic)"
+            ),
         }
     ]
 
@@ -63,7 +68,7 @@ def test_validate_json_output(cli, tmp_path: Path) -> None:  # type: ignore[no-u
 def test_explain_json_and_errors_without_traceback(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     run = cli("config", "explain", "--format", "json", str(ROOT / "examples" / "router.yaml"))
     assert run.returncode == 0
-    assert [l["name"] for l in json.loads(run.stdout)["listeners"]] == ["public", "internal"]
+    assert [listener["name"] for listener in json.loads(run.stdout)["listeners"]] == ["public", "internal"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("version: 2\nlisteners: 3\n")
     failed = cli("config", "explain", str(bad))

@@ -14,7 +14,12 @@ providers:
   models:
     - {name: pair, api_format: chat_completions, endpoints: ["http://10.0.0.1:8000/v1", "http://10.0.0.2:8000/v1"]}
 deployments:
-  local: {provider: systemone, endpoint: "http://127.0.0.1:8100/v1/systemone", model: d3, schema: vllm-sr/5.0, max_concurrency: 6}
+  local:
+    provider: systemone
+    endpoint: "http://127.0.0.1:8100/v1/systemone"
+    model: d3
+    schema: vllm-sr/5.0
+    max_concurrency: 6
   gateway: {provider: systemone, endpoint: "https://gateway.example.com/v1/systemone", model: d3, max_concurrency: 16}
 listeners:
   - {name: public, port: 8801, apis: {systemone: {max_deadline_ms: 4000}}}

@@ -200,7 +200,10 @@ def test_a_message_that_is_not_a_mapping_is_refused(data: dict[str, Any], messag
                             {
                                 "name": "hcm",
                                 "typed_config": {
-                                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                                    "@type": (
+                                        "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager"
+                                        ".v3.HttpConnectionManager"
+                                    ),
                                     "stat_prefx": "a",
                                 },
                             }
@@ -208,7 +211,10 @@ def test_a_message_that_is_not_a_mapping_is_refused(data: dict[str, Any], messag
                     }
                 ]
             },
-            r"listener/x\.filter_chains\[0\]\.filters\[0\]\.typed_config\.stat_prefx: .*HttpConnectionManager has no field",
+            (
+                r"listener/x\.filter_chains\[0\]\.filters\[0\]\.typed_config\.stat_prefx: "
+                r".*HttpConnectionManager has no field"
+            ),
         ),
         (
             {"filter_chains": [{"filters": [{"name": "x", "typed_config": {"@type": "type.googleapis.com/no.Such"}}]}]},

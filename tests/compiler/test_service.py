@@ -15,7 +15,11 @@ CONFIG = """
 version: 2
 deployments:
   gpu: {provider: systemone, service: {name: rt-gpu, namespace: ml, port: 8100}, model: d3, schema: vllm-sr/5.0}
-  near: {provider: systemone, service: {name: rt-cpu, port: 8200, path: /api/v1/systemone}, model: d3, schema: vllm-sr/5.0}
+  near:
+    provider: systemone
+    service: {name: rt-cpu, port: 8200, path: /api/v1/systemone}
+    model: d3
+    schema: vllm-sr/5.0
   fixed: {provider: systemone, endpoint: "http://10.0.0.1:8100/v1/systemone", model: d3, schema: vllm-sr/5.0}
 pools:
   vllm-sr/auto: {members: [gpu, near, fixed]}
@@ -78,8 +82,19 @@ deployments:
     assert problems == [
         "router.yaml:3:3: error: deployments.both: give endpoint or service, not both",
         "router.yaml:4:3: error: deployments.neither: give endpoint (a URL) or service (a Kubernetes Service)",
-        "router.yaml:5:46: error: deployments.bad.service.name: 'RT_1' is not a Kubernetes Service name: lowercase letters, digits and '-', starting with a letter and ending with a letter or digit (at most 63)",
-        "router.yaml:5:63: error: deployments.bad.service.namespace: 'ml.' is not a Kubernetes namespace: lowercase letters, digits and '-', starting with a letter or digit and ending with a letter or digit (at most 63)",
+        (
+            "router.yaml:5:46: error: deployments.bad.service.name: 'RT_1' is not a Kubernetes Service name: "
+            "lowercase letters, digits and '-', starting with a letter and ending with a letter or digit (at "
+            "most 63)"
+        ),
+        (
+            "router.yaml:5:63: error: deployments.bad.service.namespace: 'ml.' is not a Kubernetes namespace: "
+            "lowercase letters, digits and '-', starting with a letter or digit and ending with a letter or "
+            "digit (at most 63)"
+        ),
         "router.yaml:5:74: error: deployments.bad.service.port: must be less than or equal to 65535 (got 70000)",
-        "router.yaml:5:87: error: deployments.bad.service.path: 'v1' is not a URL path (it starts with '/' and has no spaces, '?' or '#')",
+        (
+            "router.yaml:5:87: error: deployments.bad.service.path: 'v1' is not a URL path (it starts with '/' "
+            "and has no spaces, '?' or '#')"
+        ),
     ]

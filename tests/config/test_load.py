@@ -31,7 +31,8 @@ def test_seed_000_deployment_snippet_loads_as_written() -> None:
 
 def test_deployment_defaults_follow_the_seed() -> None:
     config = loader.load_text(
-        "version: 2\ndeployments:\n  d:\n    provider: systemone\n    endpoint: http://127.0.0.1:8100/v1/systemone\n    model: m\n"
+        "version: 2\ndeployments:\n  d:\n    provider: systemone\n"
+        "    endpoint: http://127.0.0.1:8100/v1/systemone\n    model: m\n"
     )
     d = config.deployments["d"]
     assert (d.schema_, d.deviations, d.max_concurrency, d.capabilities) == ("systemone/0.2", [], 8, None)
@@ -39,7 +40,7 @@ def test_deployment_defaults_follow_the_seed() -> None:
 
 def test_the_example_config_is_valid() -> None:
     config = loader.load(ROOT / "examples" / "router.yaml")
-    assert [l.name for l in config.listeners] == ["public", "internal"]
+    assert [listener.name for listener in config.listeners] == ["public", "internal"]
     assert config.pools["vllm-sr/auto"].members == ["local-d3", "gateway-d3"]
 
 
@@ -84,12 +85,18 @@ CASES = [
     (
         "unknown API",
         "listeners:\n  - {name: a, port: 1, apis: {grpc: {}}}\n",
-        "c.yaml:12:31: error: listeners[0].apis.grpc: unknown API 'grpc' (supported: chat_completions, responses, messages, images, systemone, openai, anthropic)",
+        (
+            "c.yaml:12:31: error: listeners[0].apis.grpc: unknown API 'grpc' (supported: chat_completions, "
+            "responses, messages, images, systemone, openai, anthropic)"
+        ),
     ),
     (
         "alias and name together",
         "listeners:\n  - name: a\n    port: 1\n    apis:\n      anthropic: {}\n      messages: {}\n",
-        "c.yaml:16:7: error: listeners[0].apis.messages: messages is given twice in this apis map (as 'anthropic' and 'messages')",
+        (
+            "c.yaml:16:7: error: listeners[0].apis.messages: messages is given twice in this apis map (as "
+            "'anthropic' and 'messages')"
+        ),
     ),
     (
         "schema on an unversioned API",
@@ -99,17 +106,26 @@ CASES = [
     (
         "unknown listener schema",
         "listeners:\n  - {name: a, port: 1, apis: {systemone: {schema: vllm-sr/6.0}}}\n",
-        "c.yaml:12:51: error: listeners[0].apis.systemone.schema: unknown schema 'vllm-sr/6.0' (supported: vllm-sr/4.0, vllm-sr/5.0)",
+        (
+            "c.yaml:12:51: error: listeners[0].apis.systemone.schema: unknown schema 'vllm-sr/6.0' (supported: "
+            "vllm-sr/4.0, vllm-sr/5.0)"
+        ),
     ),
     (
         "upstream-only schema on a listener",
         "listeners:\n  - {name: a, port: 1, apis: {systemone: {schema: systemone/0.2}}}\n",
-        "c.yaml:12:51: error: listeners[0].apis.systemone.schema: a listener cannot serve systemone in systemone/0.2 (listener schemas: vllm-sr/4.0, vllm-sr/5.0)",
+        (
+            "c.yaml:12:51: error: listeners[0].apis.systemone.schema: a listener cannot serve systemone in "
+            "systemone/0.2 (listener schemas: vllm-sr/4.0, vllm-sr/5.0)"
+        ),
     ),
     (
         "systemone setting on an LLM API",
         "listeners:\n  - {name: a, port: 1, apis: {openai: {max_deadline_ms: 10}}}\n",
-        "c.yaml:12:57: error: listeners[0].apis.openai.max_deadline_ms: max_deadline_ms is a systemone setting; chat_completions has none",
+        (
+            "c.yaml:12:57: error: listeners[0].apis.openai.max_deadline_ms: max_deadline_ms is a systemone "
+            "setting; chat_completions has none"
+        ),
     ),
     (
         "unknown model",
@@ -119,17 +135,26 @@ CASES = [
     (
         "model of the wrong kind",
         "listeners:\n  - {name: a, port: 1, apis: {chat_completions: {models: [d3]}}}\n",
-        "c.yaml:12:59: error: listeners[0].apis.chat_completions.models[0]: 'd3' is a decision model; chat_completions serves llm models",
+        (
+            "c.yaml:12:59: error: listeners[0].apis.chat_completions.models[0]: 'd3' is a decision model; "
+            "chat_completions serves llm models"
+        ),
     ),
     (
         "an LLM model asked of systemone",
         "listeners:\n  - {name: a, port: 1, apis: {systemone: {models: [gpt]}}}\n",
-        "c.yaml:12:52: error: listeners[0].apis.systemone.models[0]: 'gpt' is an LLM model; systemone serves decision models",
+        (
+            "c.yaml:12:52: error: listeners[0].apis.systemone.models[0]: 'gpt' is an LLM model; systemone serves "
+            "decision models"
+        ),
     ),
     (
         "an LLM model of another format",
         "listeners:\n  - {name: a, port: 1, apis: {messages: {models: [gpt]}}}\n",
-        "c.yaml:12:51: error: listeners[0].apis.messages.models[0]: 'gpt' speaks chat_completions, not messages; list it under chat_completions (the router does not translate between LLM formats)",
+        (
+            "c.yaml:12:51: error: listeners[0].apis.messages.models[0]: 'gpt' speaks chat_completions, not "
+            "messages; list it under chat_completions (the router does not translate between LLM formats)"
+        ),
     ),
     (
         "listener keys from two places",
@@ -144,7 +169,10 @@ CASES = [
     (
         "relative keys file",
         "listeners:\n  - {name: a, port: 1, auth: {keys_file: keys.txt}}\n",
-        "c.yaml:12:24: error: listeners[0].auth: keys_file 'keys.txt' must be an absolute path (the sidecar reads it, from its own working directory)",
+        (
+            "c.yaml:12:24: error: listeners[0].auth: keys_file 'keys.txt' must be an absolute path (the sidecar "
+            "reads it, from its own working directory)"
+        ),
     ),
     (
         "duplicate listener name",
@@ -159,7 +187,10 @@ CASES = [
     (
         "bad listener name",
         "listeners:\n  - {name: Public, port: 1}\n",
-        "c.yaml:12:12: error: listeners[0].name: must be lowercase letters, digits, '-' or '_', starting and ending with a letter or digit (at most 63) (got 'Public')",
+        (
+            "c.yaml:12:12: error: listeners[0].name: must be lowercase letters, digits, '-' or '_', starting and "
+            "ending with a letter or digit (at most 63) (got 'Public')"
+        ),
     ),
     (
         "host name as address",
@@ -184,7 +215,10 @@ CASES = [
     (
         "unknown section",
         "routes: []\n",
-        "c.yaml:11:1: error: routes: unknown section 'routes' (sections: version, providers, deployments, pools, listeners, signals, virtual_models, judges)",
+        (
+            "c.yaml:11:1: error: routes: unknown section 'routes' (sections: version, providers, deployments, "
+            "pools, listeners, signals, virtual_models, judges)"
+        ),
     ),
     (
         "unknown pool member",
@@ -199,23 +233,35 @@ CASES = [
     (
         "name used by a pool and a deployment's model",
         "pools:\n  d3: {members: [gw]}\n",
-        "c.yaml:10:12: error: deployments.gw.model: model name 'd3' is used by a deployment's model and a pool; give each a distinct name",
+        (
+            "c.yaml:10:12: error: deployments.gw.model: model name 'd3' is used by a deployment's model and a "
+            "pool; give each a distinct name"
+        ),
     ),
 ]
 
-DEPLOYMENT = "version: 2\ndeployments:\n  d:\n    provider: systemone\n    endpoint: https://gw.example/v1/systemone\n    model: d3\n"
+DEPLOYMENT = (
+    "version: 2\ndeployments:\n  d:\n    provider: systemone\n    endpoint: https://gw.example/v1/systemone\n"
+    "    model: d3\n"
+)
 
 # (what goes wrong, a line replacing or adding to DEPLOYMENT's fields, the exact line the user reads)
 DEPLOYMENT_CASES = [
     (
         "unknown upstream schema",
         "    schema: systemone/0.3\n",
-        "c.yaml:7:13: error: deployments.d.schema: unknown schema 'systemone/0.3' (supported: systemone/0.2, vllm-sr/5.0)",
+        (
+            "c.yaml:7:13: error: deployments.d.schema: unknown schema 'systemone/0.3' (supported: systemone/0.2, "
+            "vllm-sr/5.0)"
+        ),
     ),
     (
         "listener-only schema on a deployment",
         "    schema: vllm-sr/4.0\n",
-        "c.yaml:7:13: error: deployments.d.schema: vllm-sr/4.0 is served to clients, not spoken to upstreams (upstream schemas: systemone/0.2, vllm-sr/5.0)",
+        (
+            "c.yaml:7:13: error: deployments.d.schema: vllm-sr/4.0 is served to clients, not spoken to upstreams "
+            "(upstream schemas: systemone/0.2, vllm-sr/5.0)"
+        ),
     ),
     (
         "unknown deviation",
@@ -240,12 +286,18 @@ DEPLOYMENT_CASES = [
     (
         "endpoint not a URL",
         "    endpoint: gateway.example.com\n",
-        "c.yaml:5:15: error: deployments.d.endpoint: 'gateway.example.com' is not an http:// or https:// URL with a host",
+        (
+            "c.yaml:5:15: error: deployments.d.endpoint: 'gateway.example.com' is not an http:// or https:// URL "
+            "with a host"
+        ),
     ),
     (
         "unknown question type",
         "    capabilities: {question_types: [noul, yesno]}\n",
-        "c.yaml:7:43: error: deployments.d.capabilities.question_types[1]: must be 'noul', 'choice', 'score', 'box', 'span', 'set' or 'track' (got 'yesno')",
+        (
+            "c.yaml:7:43: error: deployments.d.capabilities.question_types[1]: must be 'noul', 'choice', "
+            "'score', 'box', 'span', 'set' or 'track' (got 'yesno')"
+        ),
     ),
     (
         "no question types",
@@ -260,10 +312,10 @@ def _deployment(extra: str | None) -> str:
     if extra is None:
         return DEPLOYMENT.replace("    model: d3\n", "")
     key = extra.split(":")[0]
-    lines = [l for l in DEPLOYMENT.splitlines(keepends=True) if not l.startswith(key + ":")]
+    lines = [line for line in DEPLOYMENT.splitlines(keepends=True) if not line.startswith(key + ":")]
     if len(lines) < len(DEPLOYMENT.splitlines()):
         return DEPLOYMENT.replace(
-            next(l for l in DEPLOYMENT.splitlines(keepends=True) if l.startswith(key + ":")), extra
+            next(line for line in DEPLOYMENT.splitlines(keepends=True) if line.startswith(key + ":")), extra
         )
     return DEPLOYMENT + extra
 
@@ -291,9 +343,18 @@ def test_provider_model_problems() -> None:
         """
     )
     assert problems == [
-        "c.yaml:4:29: error: providers.models[0].api_format: unknown API 'chat_completion' (supported: chat_completions, responses, messages, images, systemone, openai, anthropic)",
-        "c.yaml:5:51: error: providers.models[1].schema: chat_completions is unversioned; only systemone models take a schema",
-        "c.yaml:6:74: error: providers.models[2].schema: vllm-sr/4.0 is served to clients, not spoken to upstreams (upstream schemas: systemone/0.2, vllm-sr/5.0)",
+        (
+            "c.yaml:4:29: error: providers.models[0].api_format: unknown API 'chat_completion' (supported: "
+            "chat_completions, responses, messages, images, systemone, openai, anthropic)"
+        ),
+        (
+            "c.yaml:5:51: error: providers.models[1].schema: chat_completions is unversioned; only systemone "
+            "models take a schema"
+        ),
+        (
+            "c.yaml:6:74: error: providers.models[2].schema: vllm-sr/4.0 is served to clients, not spoken to "
+            "upstreams (upstream schemas: systemone/0.2, vllm-sr/5.0)"
+        ),
         "c.yaml:7:17: error: providers.models[3].endpoints: must not be empty",
     ]
 
@@ -301,7 +362,10 @@ def test_provider_model_problems() -> None:
 def test_every_problem_in_a_file_is_reported_at_once() -> None:
     problems = _problems(
         PROVIDERS
-        + "listeners:\n  - {name: a, port: 1, apis: {grpc: {}}}\n  - {name: B, port: 2}\n  - {name: c, port: 1, apis: {systemone: {models: [x]}}}\n"
+        + (
+            "listeners:\n  - {name: a, port: 1, apis: {grpc: {}}}\n  - {name: B, port: 2}\n"
+            "  - {name: c, port: 1, apis: {systemone: {models: [x]}}}\n"
+        )
     )
     assert [p.split(": error: ")[1].split(":")[0] for p in problems] == [
         "listeners[0].apis.grpc",
@@ -359,14 +423,15 @@ def test_merge_keys_are_read() -> None:
 
 def test_a_file_that_is_not_a_mapping() -> None:
     assert _problems("- a\n- b\n") == [
-        "c.yaml:1:1: error: a router config is a mapping of sections (version, providers, deployments, pools, listeners, "
-        "signals, virtual_models, judges), not a list"
+        "c.yaml:1:1: error: a router config is a mapping of sections (version, providers, deployments, "
+        "pools, listeners, signals, virtual_models, judges), not a list"
     ]
 
 
 def test_a_newer_format_is_refused_with_a_clear_message() -> None:
     assert _problems("version: 3\n") == [
-        "c.yaml:1:10: error: version: config format 3 is newer than this vllm-sr understands (formats 1 to 2); upgrade vllm-sr"
+        "c.yaml:1:10: error: version: config format 3 is newer than this vllm-sr understands (formats 1 to "
+        "2); upgrade vllm-sr"
     ]
 
 
@@ -380,7 +445,8 @@ def test_an_old_format_loads_with_a_warning_that_says_how_to_migrate() -> None:
     report = loader.validate_text("listeners:\n  - {name: a, port: 1, systemone: true}\n", "old.yaml")
     assert report.valid
     assert [str(p) for p in report.problems] == [
-        "old.yaml:1:1: warning: config format 1 is out of date; read as format 2. Run `vllm-sr config migrate --in-place old.yaml` to update the file"
+        "old.yaml:1:1: warning: config format 1 is out of date; read as format 2. Run `vllm-sr config "
+        "migrate --in-place old.yaml` to update the file"
     ]
     assert [a for a in report.config.listeners[0].apis] == [
         "chat_completions",

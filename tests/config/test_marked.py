@@ -307,7 +307,10 @@ def test_both_readers_read_a_value_the_same(written: str, value: Any) -> None:
         ("0x_", "'0x_' reads as a YAML int but is not a valid one; quote it to keep it a string"),
         (
             "2001-13-45",
-            "'2001-13-45' reads as a YAML timestamp but is not a valid one (month must be in 1..12); quote it to keep it a string",
+            (
+                "'2001-13-45' reads as a YAML timestamp but is not a valid one (month must be in 1..12); quote "
+                "it to keep it a string"
+            ),
         ),
     ],
 )
@@ -364,7 +367,10 @@ def test_an_anchored_true_is_true_in_both_readers() -> None:
         ("a: !custom x\n", "c.yaml:1:4: error: invalid YAML: the tag !custom has no meaning in a config; remove it"),
         (
             "a: !!int abc\n",
-            "c.yaml:1:4: error: invalid YAML: 'abc' reads as a YAML int but is not a valid one; quote it to keep it a string",
+            (
+                "c.yaml:1:4: error: invalid YAML: 'abc' reads as a YAML int but is not a valid one; quote it to "
+                "keep it a string"
+            ),
         ),
     ],
 )

@@ -78,7 +78,8 @@ def test_a_newer_format_is_refused() -> None:
     with pytest.raises(MigrationRefused) as err:
         migrate_text("version: 7\n", "new.yaml")
     assert str(err.value.problem) == (
-        "new.yaml:1:10: error: version: config format 7 is newer than this vllm-sr understands (formats 1 to 2); upgrade vllm-sr"
+        "new.yaml:1:10: error: version: config format 7 is newer than this vllm-sr understands (formats 1 to "
+        "2); upgrade vllm-sr"
     )
 
 
@@ -88,7 +89,10 @@ def test_a_legacy_file_with_mistakes_is_refused_with_the_input_lines() -> None:
         migrate_text(text, "old.yaml")
     # Reported once, at the user's own line, though the model moves into four APIs' lists.
     assert [str(p) for p in err.value.problems] == [
-        "old.yaml:4:14: error: listeners[0].apis.chat_completions.models[0]: unknown model 'nowhere' (llm models: none defined)",
+        (
+            "old.yaml:4:14: error: listeners[0].apis.chat_completions.models[0]: unknown model 'nowhere' (llm "
+            "models: none defined)"
+        ),
     ]
 
 

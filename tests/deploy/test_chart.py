@@ -189,7 +189,8 @@ def test_every_object_is_valid_kubernetes(rendered: dict[str, list[dict[str, Any
                 kubernetes_validate.validate(obj, version, strict=True)
             except kubernetes_validate.ValidationError as exc:
                 raise AssertionError(
-                    f"{name}: {obj['kind']} {obj['metadata']['name']} (Kubernetes {version}): {exc.message} at {list(exc.path)}"
+                    f"{name}: {obj['kind']} {obj['metadata']['name']} (Kubernetes {version}): {exc.message} "
+                    f"at {list(exc.path)}"
                 ) from None
 
 
@@ -287,12 +288,18 @@ def test_a_value_of_the_wrong_shape_is_refused_naming_it(values: dict[str, Any],
                     },
                 }
             },
-            "config.deployments.d3.schema is systemone/0.2 (the default), but runtime group d3 speaks vllm-sr/5.0 (runtimes.d3.schema)",
+            (
+                "config.deployments.d3.schema is systemone/0.2 (the default), but runtime group d3 speaks "
+                "vllm-sr/5.0 (runtimes.d3.schema)"
+            ),
         ),
         (
             GPU_AND_CPU,
             {"sidecar": {"secretEnv": {}}},
-            "config.providers.models[0].api_key_env names VSR_LLM_KEY, which the sidecar does not have: add sidecar.secretEnv.VSR_LLM_KEY: {secretName: <an existing Secret>, key: <its key>}",
+            (
+                "config.providers.models[0].api_key_env names VSR_LLM_KEY, which the sidecar does not have: add "
+                "sidecar.secretEnv.VSR_LLM_KEY: {secretName: <an existing Secret>, key: <its key>}"
+            ),
         ),
         (
             GPU_AND_CPU,
@@ -307,7 +314,10 @@ def test_a_value_of_the_wrong_shape_is_refused_naming_it(values: dict[str, Any],
                     },
                 }
             },
-            "config.deployments.gpu: runtime group gpu requires a key (runtimes.gpu.apiKey); give the deployment api_key_env",
+            (
+                "config.deployments.gpu: runtime group gpu requires a key (runtimes.gpu.apiKey); give the "
+                "deployment api_key_env"
+            ),
         ),
         (
             GPU_AND_CPU,

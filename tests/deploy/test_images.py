@@ -41,7 +41,8 @@ def _norm(name: str) -> str:
 
 def instructions(path: Path) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments), continuation lines joined, comments dropped."""
-    text = re.sub(r"\\\n", " ", "\n".join(l for l in path.read_text().splitlines() if not l.lstrip().startswith("#")))
+    kept = (line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+    text = re.sub(r"\\\n", " ", "\n".join(kept))
     return [
         (parts[0].upper(), parts[1] if len(parts) > 1 else "")
         for line in text.splitlines()

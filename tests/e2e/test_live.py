@@ -73,7 +73,10 @@ listeners:
         if chat:
             text += "      chat_completions: {models: [llm-a]}\n"
         if internal:
-            text += f"  - {{name: internal, address: 127.0.0.1, port: {p['internal']}, apis: {{chat_completions: {{models: [llm-a]}}}}}}\n"
+            text += (
+                f"  - {{name: internal, address: 127.0.0.1, port: {p['internal']}, apis: {{chat_completions: "
+                f"{{models: [llm-a]}}}}}}\n"
+            )
         return text + extra
 
     def write(self, text: str) -> None:

@@ -114,7 +114,10 @@ deployments:
   d3: {{provider: systemone, endpoint: "{decisions.url}/v1/systemone", model: d3, schema: vllm-sr/5.0}}
 listeners:
 """ + "".join(
-        f"  - {{name: {name}, address: 127.0.0.1, port: {ports[name]}, apis: {{systemone: {{schema: {schema}, models: [d3], max_deadline_ms: {DEADLINE_MS}}}}}}}\n"
+        (
+            f"  - {{name: {name}, address: 127.0.0.1, port: {ports[name]}, apis: {{systemone: {{schema: "
+            f"{schema}, models: [d3], max_deadline_ms: {DEADLINE_MS}}}}}}}\n"
+        )
         for name, schema in SCHEMAS.items()
     )
     settings = Settings(sidecar=Address("127.0.0.1", sidecar), admin=Address("127.0.0.1", admin))
@@ -138,7 +141,10 @@ def _big_body(port: int, size: int) -> Reply:
     413 once its buffer is full and stops reading, so a client that only writes would block."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
         s.sendall(
-            f"POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {size}\r\n\r\n".encode()
+            (
+                "POST /v1/systemone HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                f"content-length: {size}\r\n\r\n"
+            ).encode()
         )
         chunk = b" " * (1 << 20)
         sent = 0
@@ -153,13 +159,13 @@ def _big_body(port: int, size: int) -> Reply:
             raw += part
             head, sep, body = raw.partition(b"\r\n\r\n")
             length = next(
-                (int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")), None
+                (int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")), None
             )
             if sep and length is not None and len(body) >= length:
                 break
     head, _, body = raw.partition(b"\r\n\r\n")
     lines = head.decode().split("\r\n")
-    headers = {k.lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:])}
+    headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
     return Reply(int(lines[0].split()[1]), headers, body)
 
 

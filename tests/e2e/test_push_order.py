@@ -177,7 +177,10 @@ providers:
 """
     if new:
         text += f'    - {{name: llm-new, api_format: responses, endpoints: ["{new}/v1"]}}\n'
-        text += f'deployments:\n  d-new: {{provider: systemone, endpoint: "{new}/v1/systemone", model: d-new, schema: vllm-sr/5.0}}\n'
+        text += (
+            f'deployments:\n  d-new: {{provider: systemone, endpoint: "{new}/v1/systemone", model: d-new, '
+            f"schema: vllm-sr/5.0}}\n"
+        )
     text += f"""listeners:
   - name: public
     address: 127.0.0.1

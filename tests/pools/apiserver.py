@@ -92,7 +92,11 @@ class FakeApiServer:
                             "status": "Failure",
                             "reason": "Forbidden",
                             "code": 403,
-                            "message": f'endpointslices.discovery.k8s.io is forbidden: User "system:serviceaccount:x:y" cannot list resource "endpointslices" in API group "discovery.k8s.io" in the namespace "{namespace}"',
+                            "message": (
+                                'endpointslices.discovery.k8s.io is forbidden: User "system:serviceaccount:x:y" '
+                                'cannot list resource "endpointslices" in API group "discovery.k8s.io" in the '
+                                f'namespace "{namespace}"'
+                            ),
                         },
                     )
                 selector = query.get("labelSelector", "")
@@ -237,7 +241,10 @@ class FakeApiServer:
                     break
                 with self._cond:
                     self._cond.wait_for(
-                        lambda: self._generation != generation or self._events[-1:] and self._events[-1][0] > since,
+                        # since is bound now: the loop moves it on between waits.
+                        lambda since=since: (
+                            self._generation != generation or self._events[-1:] and self._events[-1][0] > since
+                        ),
                         timeout=1,
                     )
                     if self._generation != generation:

@@ -21,7 +21,12 @@ from tests.reliability.parts import ASK, NOUL, STATE, PlaneProc, post
 def front_config(runtime: str, port: int, max_deadline_ms: int, max_concurrency: int = 8) -> str:
     return f"""version: 2
 deployments:
-  local: {{provider: systemone, endpoint: "{runtime}/v1/systemone", model: default, schema: vllm-sr/5.0, max_concurrency: {max_concurrency}}}
+  local:
+    provider: systemone
+    endpoint: "{runtime}/v1/systemone"
+    model: default
+    schema: vllm-sr/5.0
+    max_concurrency: {max_concurrency}
 pools:
   vllm-sr/auto: {{members: [local]}}
 listeners:

@@ -43,7 +43,8 @@ deployments:
   full: {{provider: systemone, endpoint: "{runtime}/v1/systemone", model: tiny, schema: vllm-sr/5.0}}
 """
     if spare:
-        text += f"""  spare: {{provider: systemone, endpoint: "{runtime}/v1/systemone", model: tiny, schema: vllm-sr/5.0}}
+        text += f"""  spare:
+    {{provider: systemone, endpoint: "{runtime}/v1/systemone", model: tiny, schema: vllm-sr/5.0}}
 """
     text += """pools:
   vllm-sr/auto: {members: [full]}

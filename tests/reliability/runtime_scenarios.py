@@ -470,7 +470,7 @@ def overload(runtime: Runtime, *, clients: int = 24, bursts: int = 2, after: int
         gate = threading.Barrier(clients)
         lock = threading.Lock()
 
-        def client(i: int) -> None:
+        def client(i: int, burst: int, gate: threading.Barrier, lock: threading.Lock) -> None:
             body = _long_request(burst * clients + i)
             gate.wait()
             r = exchange(
@@ -483,7 +483,7 @@ def overload(runtime: Runtime, *, clients: int = 24, bursts: int = 2, after: int
             with lock:
                 replies.append(r)
 
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+        threads = [threading.Thread(target=client, args=(i, burst, gate, lock)) for i in range(clients)]
         for t in threads:
             t.start()
         for t in threads:

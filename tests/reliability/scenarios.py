@@ -192,7 +192,7 @@ def invalid_edits(s: Stack, *, hold_s: float = 0.3, clients: int = 2) -> Edits:
             with edit.injected() if edit.injected else _nothing():
                 write(s.config, edit.change(original))
                 after = wait_for(
-                    lambda: (st := s.status())["last_reload"] != before["last_reload"] and st,
+                    lambda before=before: (st := s.status())["last_reload"] != before["last_reload"] and st,
                     timeout=30,
                     interval=0.01,
                     what=f"the {edit.name} edit to be read",

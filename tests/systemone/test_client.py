@@ -59,9 +59,9 @@ def test_0_2_splits_a_batch_into_one_standard_call_per_request_without_deadline_
     assert len(plan.calls) == 5 and plan.max_concurrency == 2 and plan.deadline_ms == 1200
     assert [c.items for c in plan.calls] == [(f"doc_{i}",) for i in range(5)]
     assert plan.calls[0].path == "/v1/systemone"
-    assert (
-        plan.calls[0].body
-        == b'{"model": "d3", "state": {"request": "message 0", "n": 1e3}, "questions": {"q": {"type": "noul", "instructions": "Relevant?"}}}'
+    assert plan.calls[0].body == (
+        b'{"model": "d3", "state": {"request": "message 0", "n": 1e3}, "questions": {"q": {"type": "noul", '
+        b'"instructions": "Relevant?"}}}'
     )
     assert "overflow" in STRIP["question"] and "roles" in STRIP["request"]
 
@@ -105,9 +105,11 @@ def test_4_0_spellings_and_implicit_roles_become_standard_fields_and_explicit_ro
     (call,) = C50.plan(req.ir, Target("vllm-sr/5.0")).calls
     assert ("typesafe-danger-zone-long-context", "true") in call.headers
     assert call.body == (
-        b'{"state": ["\xe2\x9f\xa6img-1\xe2\x9f\xa7", {"request": "charged twice", "history": "hi"}], "roles": {"request": "user", "history": "context"}, '
-        b'"questions": {"team": {"type": "choice", "criteria": {"billing": null, "tech": null}}, "u": {"type": "score", "criteria": ["low", "high"]}}, '
-        b'"assets": {"\xe2\x9f\xa6img-1\xe2\x9f\xa7": {"type": "image", "format": "png", "data_base64": "iVBORw0KGgo="}}}'
+        b'{"state": ["\xe2\x9f\xa6img-1\xe2\x9f\xa7", {"request": "charged twice", "history": "hi"}], '
+        b'"roles": {"request": "user", "history": "context"}, "questions": {"team": {"type": "choice", '
+        b'"criteria": {"billing": null, "tech": null}}, "u": {"type": "score", "criteria": ["low", '
+        b'"high"]}}, "assets": {"\xe2\x9f\xa6img-1\xe2\x9f\xa7": {"type": "image", "format": "png", '
+        b'"data_base64": "iVBORw0KGgo="}}}'
     )
     # Read back by a 5.0 server, the call means what the 4.0 request meant.
     back = V50L.read("/v1/systemone", call.body).ir

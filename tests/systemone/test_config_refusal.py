@@ -21,9 +21,20 @@ deployments:
 def test_each_need_is_one_line_naming_the_rule_and_the_deployment() -> None:
     report = validate_text(CONFIG.format(schema="systemone/0.2"), "router.yaml")
     assert [str(p) for p in report.errors] == [
-        "router.yaml:10:51: error: deployments.gateway-d3.capabilities.question_types[2]: deployment 'gateway-d3' speaks systemone/0.2, which cannot carry span questions (0.2 asks noul, choice, score and box questions)",
-        "router.yaml:10:77: error: deployments.gateway-d3.capabilities.modalities[1]: deployment 'gateway-d3' speaks systemone/0.2, which cannot carry video assets (0.2 takes text and images)",
-        "router.yaml:10:106: error: deployments.gateway-d3.capabilities.presets[1]: deployment 'gateway-d3' speaks systemone/0.2, which cannot carry preset 'pii': it needs span questions (0.2 presets expand to instructions and criteria)",
+        (
+            "router.yaml:10:51: error: deployments.gateway-d3.capabilities.question_types[2]: deployment "
+            "'gateway-d3' speaks systemone/0.2, which cannot carry span questions (0.2 asks noul, choice, score "
+            "and box questions)"
+        ),
+        (
+            "router.yaml:10:77: error: deployments.gateway-d3.capabilities.modalities[1]: deployment "
+            "'gateway-d3' speaks systemone/0.2, which cannot carry video assets (0.2 takes text and images)"
+        ),
+        (
+            "router.yaml:10:106: error: deployments.gateway-d3.capabilities.presets[1]: deployment 'gateway-d3' "
+            "speaks systemone/0.2, which cannot carry preset 'pii': it needs span questions (0.2 presets expand "
+            "to instructions and criteria)"
+        ),
     ]
 
 

@@ -19,14 +19,17 @@ V50L = REGISTRY.listener("vllm-sr/5.0")
 
 
 def test_state_text_golden_on_a_0_2_call() -> None:
-    body = '{"state": {"request": "Où est ma commande ?", "n": 1e3, "z": -0, "list": [1.0]}, "questions": {"q": {"type": "noul"}}}'.encode()
+    body = (
+        '{"state": {"request": "Où est ma commande ?", "n": 1e3, "z": -0, "list": [1.0]}, "questions": {"q": '
+        '{"type": "noul"}}}'
+    ).encode()
     req = V50L.read("/v1/systemone", body)
     plan = REGISTRY.client("systemone/0.2").plan(req.ir, Target(model="d3", deviations=("state_text",)))
     assert (
         plan.calls[0].body
         == (
-            '{"model": "d3", "state": "{\\"request\\": \\"Où est ma commande ?\\", \\"n\\": 1000.0, \\"z\\": 0, \\"list\\": [1.0]}", '
-            '"questions": {"q": {"type": "noul"}}}'
+            '{"model": "d3", "state": "{\\"request\\": \\"Où est ma commande ?\\", \\"n\\": 1000.0, \\"z\\": '
+            '0, \\"list\\": [1.0]}", "questions": {"q": {"type": "noul"}}}'
         ).encode()
     )
     assert plan.diagnostics == ("state_text: sent the state of the request as JSON text",)

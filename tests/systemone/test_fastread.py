@@ -278,7 +278,8 @@ def test_a_convert_plan_and_a_new_model_write_what_internal_doc_writes() -> None
         req.plan.body
         == dumpb(internal_doc(req.ir))
         == (
-            b'{"model": "vllm-sr/auto", "state": {"request": "hi"}, "questions": {"q": {"type": "noul", "instructions": "Is it?"}}, "roles": null}'
+            b'{"model": "vllm-sr/auto", "state": {"request": "hi"}, "questions": {"q": {"type": "noul", '
+            b'"instructions": "Is it?"}}, "roles": null}'
         )
     )
     assert req.upstream_body() == req.upstream_body("vllm-sr/auto") == req.plan.body

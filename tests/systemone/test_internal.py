@@ -171,7 +171,11 @@ def test_a_5_0_request_converted_to_the_internal_form_says_it_has_no_roles() -> 
 
 
 def test_the_5_0_media_rule_is_carried_as_the_internal_media_member() -> None:
-    body = b'{"state": ["<i1>", "<v1>", "What happens?"], "assets": {"<i1>": {"format": "png", "data_base64": "AA=="}, "<v1>": {"type": "video", "format": "mp4", "data_base64": "AA=="}}, "questions": {"q": {"type": "noul"}}}'
+    body = (
+        b'{"state": ["<i1>", "<v1>", "What happens?"], "assets": {"<i1>": {"format": "png", "data_base64": '
+        b'"AA=="}, "<v1>": {"type": "video", "format": "mp4", "data_base64": "AA=="}}, "questions": {"q": '
+        b'{"type": "noul"}}}'
+    )
     ir, _ = read_body(body, READINGS["vllm-sr/5.0"], "systemone")
     assert ir.state == "What happens?" and ir.media == ("<i1>", "<v1>")
     internal = dumps(internal_doc(ir))

@@ -122,8 +122,9 @@ def test_a_422_question_failure_locates_the_question_in_detail() -> None:
     answer = V50.answer_error(caught.value, req)
     assert answer.status == 422
     assert answer.body == (
-        b'{"detail": [{"loc": ["body", "questions", "team"], "msg": "question \\"team\\" cannot be answered: the question is malformed", '
-        b'"type": "invalid_question"}], "code": "question_failed", "question": "team", "reason": "question_malformed"}'
+        b'{"detail": [{"loc": ["body", "questions", "team"], "msg": "question \\"team\\" cannot be answered: '
+        b'the question is malformed", "type": "invalid_question"}], "code": "question_failed", "question": '
+        b'"team", "reason": "question_malformed"}'
     )
     assert validate.validate_validation_error(response(answer)) == []
 
@@ -175,8 +176,8 @@ def test_a_4_0_states_request_is_answered_with_one_entry_per_state() -> None:
         "usage": {"input_tokens": 20, "output_tokens": 0},
     }
     assert V40.answer_success(req, b(reply)) == (
-        b'{"model": "d3", "answers": [{"refund": {"type": "noul", "noul": 0.9}}, {"refund": {"type": "noul", "noul": 0.1}}], '
-        b'"usage": {"input_tokens": 20, "output_tokens": 0}}'
+        b'{"model": "d3", "answers": [{"refund": {"type": "noul", "noul": 0.9}}, {"refund": {"type": "noul", '
+        b'"noul": 0.1}}], "usage": {"input_tokens": 20, "output_tokens": 0}}'
     )
 
 
@@ -290,9 +291,11 @@ def test_plans_passthrough_only_what_the_internal_form_reads_as_the_listener_did
     long = V40.read("/v1/systemone", text, {"TypeSafe-Danger-Zone-Long-Context": "true"})
     assert long.plan.kind == "convert" and json.loads(long.plan.body)["options"] == {"long_context": True}
     assert V50.read("/v1/systemone", text).plan.body == (
-        b'{"model": "d3", "state": {"request": "Our export button fails with a 500.", "history": "How do I export invoices?"}, '
-        b'"questions": {"team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "Payments", "engineering": null}}, '
-        b'"urgent": {"type": "noul", "instructions": "Is it blocking?"}, "anger": {"type": "score", "criteria": ["calm", "annoyed", "angry"]}}, "roles": null}'
+        b'{"model": "d3", "state": {"request": "Our export button fails with a 500.", "history": "How do I '
+        b'export invoices?"}, "questions": {"team": {"type": "choice", "instructions": "Which team?", '
+        b'"criteria": {"billing": "Payments", "engineering": null}}, "urgent": {"type": "noul", '
+        b'"instructions": "Is it blocking?"}, "anger": {"type": "score", "criteria": ["calm", "annoyed", '
+        b'"angry"]}}, "roles": null}'
     )
 
 

@@ -29,7 +29,8 @@ def test_the_checked_in_specs_agree() -> None:
 def test_a_field_the_legacy_contract_types_differently_has_two_meanings() -> None:
     found = conflicts(legacy=("threshold: {type: number, minimum: 0, maximum: 1}", "threshold: {type: string}"))
     assert found == [
-        "question.threshold: two meanings: vllm-sr-5.0.extensions.yaml says number (minimum 0, maximum 1), vllm-sr-4.0.openapi.yaml says string"
+        "question.threshold: two meanings: vllm-sr-5.0.extensions.yaml says number (minimum 0, maximum 1), "
+        "vllm-sr-4.0.openapi.yaml says string"
     ]
 
 
@@ -62,7 +63,8 @@ def test_since_must_agree_with_the_frozen_contract() -> None:
 def test_a_4_0_only_member_must_be_a_listed_legacy_form() -> None:
     found = conflicts(legacy=("      members: [question.choices]\n", ""))
     assert found == [
-        "question.choices: vllm-sr-4.0.openapi.yaml defines it, but it is neither standard, an extension nor a listed legacy form"
+        "question.choices: vllm-sr-4.0.openapi.yaml defines it, but it is neither standard, an extension nor "
+        "a listed legacy form"
     ]
 
 

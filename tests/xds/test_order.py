@@ -29,7 +29,10 @@ SIDECAR_NODE = base_pb2.Node(id="sidecar-1", cluster="test")
 
 def config(responses_model: str, *, listeners: tuple[str, ...] = ("a",)) -> Snapshot:
     rows = "\n".join(
-        f"  - {{name: {name}, address: 127.0.0.1, port: {8801 + i}, apis: {{chat_completions: {{models: [m]}}, responses: {{models: [{responses_model}]}}}}}}"
+        (
+            f"  - {{name: {name}, address: 127.0.0.1, port: {8801 + i}, apis: {{chat_completions: {{models: "
+            f"[m]}}, responses: {{models: [{responses_model}]}}}}}}"
+        )
         for i, name in enumerate(listeners)
     )
     text = f"""version: 2

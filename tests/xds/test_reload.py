@@ -126,9 +126,9 @@ def test_every_edit_serves_what_a_whole_compile_would_and_a_bad_one_is_never_ser
 
 def test_a_dangling_pool_member_after_an_edit_is_reported_at_its_line_and_not_served(setup) -> None:  # type: ignore[no-untyped-def]
     path, reloader, cache, metrics = setup
-    text = (
-        config_text({f"l{i}": 8800 + i for i in range(30)})
-        + "deployments:\n  d3: {provider: systemone, endpoint: 'http://127.0.0.1:9/v1/systemone', model: d3}\npools:\n  p: {members: [d3]}\n"
+    text = config_text({f"l{i}": 8800 + i for i in range(30)}) + (
+        "deployments:\n  d3: {provider: systemone, endpoint: 'http://127.0.0.1:9/v1/systemone', model: d3}\n"
+        "pools:\n  p: {members: [d3]}\n"
     )
     path.write_text(text)
     good = reloader.reload()

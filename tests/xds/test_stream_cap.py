@@ -60,7 +60,7 @@ def test_a_stream_over_the_cap_is_refused_with_a_log_line_and_a_later_one_served
         assert second._call.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[union-attr]
         assert "--max-streams" in second._call.details()  # type: ignore[union-attr]
         line = wait_for(
-            lambda: next((l for l in log.read_text().splitlines() if "ads stream refused" in l), None),
+            lambda: next((line for line in log.read_text().splitlines() if "ads stream refused" in line), None),
             what="the log line",
         )
         assert "max_streams=1" in line
