@@ -153,10 +153,15 @@ def test_cuda_attention_runs_on_the_fused_kernels_only(checkpoints: dict[str, Pa
     for out, got in ((flash, lse), (efficient, lse_e)):
         assert torch.allclose(out.float(), want.float(), atol=0.02) and torch.allclose(got, want_lse, atol=0.02)
 
-    engine = Engine.load(checkpoints["hybrid-prefix-bidir"], device="cuda", dtype="bfloat16")
     reference = Engine.load(checkpoints["hybrid-prefix-bidir"], reference=True)
-    for request, result in zip(REQUESTS, engine.answer_batch(REQUESTS)):  # states prefilled together
-        assert max_dp(result, reference.answer(request)) <= 0.03
+    # float16 for the bar (bfloat16's 8-bit mantissa moves these deliberately sensitive tiny
+    # weights near it on CPU already); bfloat16 must answer, through the same kernels.
+    for dtype, bar in (("float16", 0.03), ("bfloat16", 0.06)):
+        engine = Engine.load(checkpoints["hybrid-prefix-bidir"], device="cuda", dtype=dtype)
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+            results = engine.answer_batch(REQUESTS)  # six distinct states prefilled together
+        for request, result in zip(REQUESTS, results):
+            assert max_dp(result, reference.answer(request)) <= bar
     ids = (engine.checkpoint.tokenizer.encode(" ".join(LINES)).ids * 40)[:16_384]
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
