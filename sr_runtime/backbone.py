@@ -345,15 +345,35 @@ class Backbone:
         state_lens: Sequence[int],
         mode: AttentionMode,
         media: Sequence[Sequence[MediaSpan]] = (),
+        dense: bool = False,
     ) -> torch.Tensor:
-        """[B, hidden]: whole prompts, no cache, each row under its own dense mask."""
+        """[B, hidden]: whole prompts, no cache, each row under its own dense mask; under
+        noncausal_full_attention (unless `dense`, the reference path) with none: every token
+        reads its whole row, so a [B, 1, 1, W] bias hiding the right padding is the whole mask
+        (linear layers are causal, so padding after a row never reaches it)."""
         lens = [len(p) for p in prompts]
         width = max(lens)
-        with attention_kernels(self.device):
-            out = self.model.base_model(
-                **self._inputs(prompts, width, media),
-                attention_mask=self._masks(padded_prompt_mask(mode, list(state_lens), lens, width)),
-                use_cache=False,
-            ).last_hidden_state
+        if mode == "noncausal_full_attention" and not dense:
+            keys = None
+            if min(lens) < width:
+                real = (
+                    torch.arange(width, device=self.device)[None, :] < torch.tensor(lens, device=self.device)[:, None]
+                )
+                keys = torch.zeros(len(lens), 1, 1, width, dtype=self.dtype, device=self.device)
+                keys.masked_fill_(~real[:, None, None, :], masked(self.dtype))
+            with attention_kernels(self.device):
+                out = self.model.base_model(
+                    **self._inputs(prompts, width, media),
+                    attention_mask=self._state_masks(mode),
+                    use_cache=False,
+                    state_pass=StatePass(bidirectional=True, keys=keys),
+                ).last_hidden_state
+        else:
+            with attention_kernels(self.device):
+                out = self.model.base_model(
+                    **self._inputs(prompts, width, media),
+                    attention_mask=self._masks(padded_prompt_mask(mode, list(state_lens), lens, width)),
+                    use_cache=False,
+                ).last_hidden_state
         last = torch.tensor(lens, device=self.device) - 1
         return out[torch.arange(len(prompts), device=self.device), last]

@@ -466,7 +466,11 @@ class Engine:
             return torch.cat(
                 [
                     self.backbone.prompt_rows(
-                        [r.prompt.state + r.prompt.question], [len(r.prompt.state)], mode, [_whole_media(r.prompt)]
+                        [r.prompt.state + r.prompt.question],
+                        [len(r.prompt.state)],
+                        mode,
+                        [_whole_media(r.prompt)],
+                        dense=True,
                     )
                     for r in self._each_pass(rows)
                 ]

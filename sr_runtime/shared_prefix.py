@@ -69,7 +69,8 @@ class SharedPrefix:
 
 @dataclass(frozen=True, eq=False, slots=True)
 class StatePass:
-    """A state block's pass: full-attention layers attend with no [S, S] mask.
+    """A state block's pass (or whole noncausal_full_attention prompts): full-attention layers
+    attend with no [S, S] mask.
 
     Under prefix_bidir every state token reads every other one (SDPA with no mask, is_causal
     False); under causal SDPA's own causal flag. States of several lengths in one pass are

@@ -54,6 +54,20 @@ def test_a_state_pass_gives_attention_no_mask(engines: dict[str, Engine], preset
     assert seen and all(mask is None for mask in seen)
 
 
+def test_whole_noncausal_prompts_give_attention_a_key_bias_not_a_mask(
+    engines: dict[str, Engine], references: dict[str, Engine]
+) -> None:
+    """Under noncausal_full_attention every token reads its whole row: rows of several lengths
+    in one pass need only their padding keys hidden ([B, 1, 1, W]); the answers are the dense
+    reference path's."""
+    engine = engines["hybrid-noncausal"]
+    with sdpa_masks() as seen:
+        results = engine.answer_batch(REQUESTS)
+    assert seen and all(mask is None or mask[-2] == 1 for mask in seen)
+    for request, result in zip(REQUESTS, results):
+        assert max_dp(result, references["hybrid-noncausal"].answer(request)) <= TOLERANCE
+
+
 @pytest.mark.parametrize("preset", ["hybrid-prefix-bidir", "llama-prefix-bidir"])
 def test_states_prefilled_together_answer_as_the_reference_path(
     fresh_engine: Callable[..., Engine], references: dict[str, Engine], preset: str
