@@ -13,7 +13,14 @@ import pytest
 import torch
 
 from sr_runtime.engine import Engine
-from sr_runtime.kernels import aligned_bias, attend, batch_state_prefills, default_token_budget, plain_attend
+from sr_runtime.kernels import (
+    aligned_bias,
+    attend,
+    batch_state_prefills,
+    default_token_budget,
+    linear_attention_kernel,
+    plain_attend,
+)
 from sr_runtime.presets import CORPUS
 from sr_runtime.request import read
 from sr_runtime.server.bridge import to_engine
@@ -125,6 +132,7 @@ def _decision(engine: Engine, doc: dict[str, Any]) -> DecisionRequest:
 def test_cpu_keeps_one_state_a_pass_and_its_budget() -> None:
     assert not batch_state_prefills("cpu") and batch_state_prefills("cuda")
     assert default_token_budget("cpu") == 16_384 and default_token_budget("cuda:0") == 65_536
+    assert linear_attention_kernel("cpu") == "torch"  # flash-linear-attention's kernels are CUDA's
 
 
 def test_attend_returns_the_log_sum_exp_in_every_dtype() -> None:
