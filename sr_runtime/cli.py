@@ -184,8 +184,13 @@ def serve(
         str | None, typer.Option(help="Turn auth on: the environment variable holding the API key.")
     ] = None,
     max_batch_tokens: Annotated[
-        int, typer.Option(help="Token budget of one engine pass; concurrent requests share passes up to it.")
-    ] = 16384,
+        int | None,
+        typer.Option(
+            help="Token budget of one engine pass; concurrent requests share passes up to it"
+            " (default: 16384 on CPU, 65536 on CUDA).",
+            show_default=False,
+        ),
+    ] = None,
     state_cache_mb: Annotated[int, typer.Option(help="Memory for states reused across requests (0: none).")] = 512,
     max_queue: Annotated[
         int, typer.Option(help="Requests that may wait for the model; beyond it, 529 with Retry-After.")

@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
 
-from sr_runtime.types import DTYPES
+from sr_runtime.types import DTYPES, device_token_budget
 
 _BY_NAME = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 # Flash (FA2) in PyTorch's SDPA reads head dims up to 256, in half precision only.
@@ -59,10 +59,9 @@ def batch_state_prefills(device: torch.device | str) -> bool:
 
 
 def default_token_budget(device: torch.device | str) -> int:
-    """Tokens of one pass when the operator gives none: on CUDA a pass of 64K tokens keeps an
-    H200 busy (activations, not scores: attention holds none) and 32 requests of 512-token
-    states share one pass; on CPU 16K, the budget the CPU figures were measured with."""
-    return 65_536 if torch.device(device).type == "cuda" else 16_384
+    """Tokens of one pass when the operator gives none (sr_runtime/types.py says how many): on
+    CUDA 32 requests of 512-token states share one pass."""
+    return device_token_budget(torch.device(device).type)
 
 
 def linear_attention_kernel(device: torch.device | str) -> str:

@@ -18,6 +18,14 @@ from sr_runtime.errors import DecisionError
 DTypeName: TypeAlias = Literal["auto", "bfloat16", "float16", "float32"]
 DTYPES: tuple[DTypeName, ...] = ("auto", "bfloat16", "float16", "float32")
 
+
+def device_token_budget(device: str) -> int:
+    """Tokens of one engine pass when the operator gives none: 64K on CUDA (a pass of that many
+    tokens keeps a GPU busy; attention there holds no scores, so memory is activations), 16K on
+    CPU (the budget the CPU figures were measured with)."""
+    return 65_536 if device.startswith("cuda") else 16_384
+
+
 # Structured text: the standard lets a state, instructions and descriptions be objects or arrays.
 Text: TypeAlias = str | dict | list
 QuestionType = Literal["noul", "choice", "score", "set", "span", "box", "track"]

@@ -301,7 +301,7 @@ def engine_loader(settings: ServerSettings) -> Loader:
             dtype=settings.dtype,
             max_model_len=settings.max_model_len,
             state_cache_bytes=settings.state_cache_mb * 2**20,
-            token_budget=settings.max_batch_tokens,
+            token_budget=settings.batch_tokens,
             noul_model=settings.noul_model,
             noul_threads=None if threads is None else threads.heavy,
         )

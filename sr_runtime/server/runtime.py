@@ -79,7 +79,7 @@ class Runtime:
             threads = math_threads(self.settings)
             scheduler = Scheduler(
                 engine,
-                self.settings.max_batch_tokens,
+                self.settings.batch_tokens,
                 self.settings.max_queue,
                 self.metrics.engine_round,
                 before_round=None if threads is None else RoundThreads(threads),

@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sr_runtime.types import DTYPES
+from sr_runtime.types import DTYPES, device_token_budget
 from systemone import REGISTRY
 
 SCHEMAS = ("vllm-sr/5.0", "vllm-sr/4.0", "systemone/0.2")
-DEFAULT_MAX_BATCH_TOKENS = 16_384
 DEFAULT_STATE_CACHE_MB = 512
 DEFAULT_MAX_QUEUE = 256
 
@@ -27,7 +26,7 @@ class ServerSettings:
     schema: str = "vllm-sr/5.0"
     max_model_len: int | None = None
     api_key: str | None = field(default=None, repr=False)  # auth is on when set
-    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
+    max_batch_tokens: int | None = None  # None: sized for the device (sr_runtime/types.py)
     state_cache_mb: int = DEFAULT_STATE_CACHE_MB
     max_queue: int = DEFAULT_MAX_QUEUE
     threads: int | None = None  # math threads on CPU; None: math_threads() decides
@@ -41,7 +40,7 @@ class ServerSettings:
         REGISTRY.listener(self.schema)
         for flag, value, least in (
             ("--port", self.port, 0),
-            ("--max-batch-tokens", self.max_batch_tokens, 1),
+            ("--max-batch-tokens", self.batch_tokens, 1),
             ("--state-cache-mb", self.state_cache_mb, 0),
             ("--max-queue", self.max_queue, 1),
             ("--threads", 1 if self.threads is None else self.threads, 1),
@@ -53,3 +52,8 @@ class ServerSettings:
             raise SettingsError(f"--dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
         if self.port > 65535:
             raise SettingsError(f"--port must be at most 65535, not {self.port}")
+
+    @property
+    def batch_tokens(self) -> int:
+        """The token budget of one engine pass: --max-batch-tokens, else the device's."""
+        return device_token_budget(self.device) if self.max_batch_tokens is None else self.max_batch_tokens

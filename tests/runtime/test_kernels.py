@@ -23,6 +23,7 @@ from sr_runtime.kernels import (
 )
 from sr_runtime.presets import CORPUS
 from sr_runtime.request import read
+from sr_runtime.server import ServerSettings
 from sr_runtime.server.bridge import to_engine
 from sr_runtime.types import DecisionRequest
 from tests.runtime import test_media
@@ -133,6 +134,9 @@ def test_cpu_keeps_one_state_a_pass_and_its_budget() -> None:
     assert not batch_state_prefills("cpu") and batch_state_prefills("cuda")
     assert default_token_budget("cpu") == 16_384 and default_token_budget("cuda:0") == 65_536
     assert linear_attention_kernel("cpu") == "torch"  # flash-linear-attention's kernels are CUDA's
+    # vllm-srun serve --max-batch-tokens: the device's budget unless given
+    assert ServerSettings("m", device="cuda").batch_tokens == 65_536 and ServerSettings("m").batch_tokens == 16_384
+    assert ServerSettings("m", device="cuda", max_batch_tokens=8_192).batch_tokens == 8_192
 
 
 def test_attend_returns_the_log_sum_exp_in_every_dtype() -> None:
