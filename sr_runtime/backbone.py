@@ -123,9 +123,17 @@ class Backbone:
             # Parameters are created and initialised on the device (a 27B shape never exists in
             # host memory), in float32 and then cast tensor by tensor: a seed gives the same
             # weights in every dtype, rounded, so a bfloat16 engine is compared with a float32
-            # one on the same weights. Peak device memory is the float32 model's (27B: 108 GB).
-            with target:
-                model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
+            # one on the same weights. Peak device memory is the float32 model's (27B: 108 GB);
+            # where that does not fit, the weights are made in `dtype` directly (another draw).
+            try:
+                with target:
+                    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
+            except torch.OutOfMemoryError:
+                if target.type == "cuda":
+                    torch.cuda.empty_cache()
+                torch.manual_seed(random_init)
+                with target:
+                    model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
             return cls(model.to(dtype).eval(), target)
         try:
             model = AutoModelForCausalLM.from_pretrained(

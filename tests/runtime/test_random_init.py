@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -64,6 +65,25 @@ def test_a_seed_gives_the_same_weights_in_every_dtype_rounded(bare: Path) -> Non
     pairs = zip(ours.backbone.model.named_parameters(), fp32.backbone.model.named_parameters(), strict=True)
     assert all(a == b and torch.equal(w, w32.to(w.dtype)) for (a, w), (b, w32) in pairs)
     assert torch.equal(ours.readout, fp32.readout)  # the readout_dtype, float32 either way
+
+
+def test_a_model_whose_float32_weights_do_not_fit_is_made_in_its_dtype(
+    bare: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(a 27B shape on a smaller GPU): the float32 build runs out of memory, the dtype's does not."""
+    from sr_runtime import backbone
+
+    build = backbone.AutoModelForCausalLM.from_config
+
+    def tight(config: Any, dtype: torch.dtype, **kwargs: Any) -> Any:
+        if dtype == torch.float32:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return build(config, dtype=dtype, **kwargs)
+
+    monkeypatch.setattr(backbone.AutoModelForCausalLM, "from_config", tight)
+    engine = Engine.load(bare, dtype="bfloat16", random_init=7)
+    assert {p.dtype for p in engine.backbone.model.parameters()} == {torch.bfloat16}
+    assert len(engine.answer(REQUEST).answers) == 3
 
 
 def test_random_init_takes_the_shape_from_config_json(bare: Path, tmp_path: Path) -> None:
