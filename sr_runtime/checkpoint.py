@@ -173,7 +173,10 @@ def _media(value: Any) -> MediaConfig:
 def _heads(value: Any) -> Any:
     from sr_runtime.heads import HeadsConfig
 
-    shape = '{"set": true, "span": ["router", "broad"], "presets": {"pii": "span"}, "box": true, "track": false, "box_bins": 32, "threshold": 0.5}'
+    shape = (
+        '{"set": true, "span": ["router", "broad"], "presets": {"pii": "span"}, "box": true, "track": false, '
+        '"box_bins": 32, "threshold": 0.5}'
+    )
     known = set(HeadsConfig.__dataclass_fields__)
     if not isinstance(value, dict) or not set(value) <= known:
         raise _fail(f"invalid {DECISION_CONFIG} heads (expected an object like {shape})")
@@ -250,7 +253,8 @@ def parse_decision_config(text: str) -> DecisionConfig:
         raise _fail(f"{DECISION_CONFIG} has {len(config.codes)} codes but {len(config.token_ids)} token_ids")
     if config.abstain_code is not None and config.abstain_code != config.codes[-1]:
         raise _fail(
-            f"{DECISION_CONFIG} abstain_code {config.abstain_code!r} must be the last code ({config.codes[-1]!r}), so no option ever takes it"
+            f"{DECISION_CONFIG} abstain_code {config.abstain_code!r} must be the last code "
+            f"({config.codes[-1]!r}), so no option ever takes it"
         )
     if config.validated_length is not None and config.validated_length > config.max_length:
         raise _fail(
@@ -275,7 +279,8 @@ def check_codes(config: DecisionConfig, tokenizer: Tokenizer) -> None:
         ids = tokenizer.encode(code, add_special_tokens=False).ids
         if ids != [token_id] or token_id >= vocab:
             raise _fail(
-                f"{DECISION_CONFIG} code {code!r} (index {index}) is tokens {ids} in {TOKENIZER}, not token_id {token_id}"
+                f"{DECISION_CONFIG} code {code!r} (index {index}) is tokens {ids} in {TOKENIZER}, not "
+                f"token_id {token_id}"
             )
 
 

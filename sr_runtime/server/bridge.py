@@ -234,7 +234,10 @@ def _engine_question(q: Question, card: ModelCard) -> EngineQuestion:
                 Failure(
                     "invalid_question",
                     "unsupported_preset",
-                    f"this model has no head trained on preset {q.preset!r} (its presets: {trained}), and the question has no instructions or criteria of its own",
+                    (
+                        f"this model has no head trained on preset {q.preset!r} (its presets: {trained}), and "
+                        "the question has no instructions or criteria of its own"
+                    ),
                 )
             )
         preset = PRESETS[q.preset or ""]

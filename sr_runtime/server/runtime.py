@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from enum import Enum
+from enum import StrEnum
 
 from sr_base.log import get_logger
 from sr_runtime.errors import CheckpointError
@@ -33,7 +33,7 @@ def load_failure(model: str, exc: Exception) -> str:
     return why.splitlines()[0]
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     LOADING = "loading"
     READY = "ready"
     FAILED = "failed"

@@ -51,7 +51,10 @@ CASES: list[tuple[str, Edit, str]] = [
     (
         "unknown attention mode",
         _set(attention_mode="x"),
-        "unsupported decision_config.json attention_mode 'x' (supported: causal, noncausal_full_attention, prefix_bidir)",
+        (
+            "unsupported decision_config.json attention_mode 'x' (supported: causal, noncausal_full_attention, "
+            "prefix_bidir)"
+        ),
     ),
     (
         "unknown field",

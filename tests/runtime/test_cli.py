@@ -80,9 +80,9 @@ def test_an_unanswerable_question_exits_1_with_the_error_body(checkpoints: dict[
     )
     assert error["detail"][0]["type"] == "invalid_question"
     assert (
-        '422 question_failed: question "dog" cannot be answered: this model answers noul, choice, score, set questions, not box'
-        in result.stderr
-    )
+        '422 question_failed: question "dog" cannot be answered: this model answers noul, choice, score, set '
+        "questions, not box"
+    ) in result.stderr
 
 
 def test_an_invalid_request_exits_1_and_an_unreadable_one_exits_2(checkpoints: dict[str, Path], tmp_path: Path) -> None:
@@ -111,7 +111,8 @@ def test_an_unusable_checkpoint_exits_2_with_one_line_and_no_traceback(
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "unsupported decision_config.json attention_mode 'x' (supported: causal, noncausal_full_attention, prefix_bidir)"
+        "unsupported decision_config.json attention_mode 'x' (supported: causal, noncausal_full_attention, "
+        "prefix_bidir)"
     ]
     assert done.stdout == ""
 

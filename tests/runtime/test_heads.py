@@ -93,7 +93,7 @@ def test_a_set_read_label_by_label_also_answers_each_label_as_a_noul(engines: di
     assert alone["answers"]["b"]["noul"] == pytest.approx(probabilities["billing"], abs=TOLERANCE)
     strict = respond(engine, {"state": STATE, "questions": {"tags": {**TAGS, "threshold": 0.99}}})
     assert strict["thresholds"] == {"tags": 0.99} and strict["sets"]["tags"]["selected"] == [
-        l for l in labels if probabilities[l] >= 0.99
+        label for label in labels if probabilities[label] >= 0.99
     ]
 
 

@@ -23,7 +23,8 @@ from sr_runtime.types import NoulQuestion
             "The user does report a problem that blocks their work.",
             "The user does not report a problem that blocks their work.",
         ),
-        # do/does/did keep their verb bare after the subject, and a compound subject is seen when its verb leads into more
+        # do/does/did keep their verb bare after the subject, and a compound subject is seen when
+        # its verb leads into more
         (
             "Does the tool result contain the information the user asked for?",
             "The tool result does contain the information the user asked for.",

@@ -20,7 +20,7 @@ def tokenizer(checkpoints: dict[str, Path]):  # type: ignore[no-untyped-def]
 def test_cached_tokens_are_the_tokenizers_own_whether_found_or_new(checkpoints: dict[str, Path]) -> None:
     plain = tokenizer(checkpoints)
     cached = CachedTokenizer(plain)
-    for round_ in range(2):  # first every text is new, then every one is found
+    for _round in range(2):  # first every text is new, then every one is found
         for text, tokens in zip(TEXTS, cached.encode_batch(TEXTS)):
             expected = plain.encode(text, add_special_tokens=False)
             assert list(tokens.ids) == expected.ids and list(tokens.offsets) == expected.offsets

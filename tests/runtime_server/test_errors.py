@@ -129,7 +129,10 @@ def test_400_for_a_model_this_server_does_not_serve(client: TestClient) -> None:
     )
     assert doc["detail"] == {
         "error_type": "api_usage_error",
-        "message": "Unknown model: vllm-sr/vela3-fast (this server serves 'tiny-prefix-bidir'; 'jev-latest' or no model also mean it)",
+        "message": (
+            "Unknown model: vllm-sr/vela3-fast (this server serves 'tiny-prefix-bidir'; 'jev-latest' or no model "
+            "also mean it)"
+        ),
     }
 
 
