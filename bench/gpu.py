@@ -530,6 +530,38 @@ def latency(engine: Engine, row: str, make: Callable[[], DecisionRequest], repea
     return out
 
 
+def profile(engine: Engine, make: Callable[[], DecisionRequest]) -> dict[str, Any]:
+    """Where one request's time goes: the device's busy time against the wall, kernels launched,
+    and the kernels that take most of it (torch.profiler, after the row's own warm-up)."""
+    request = make()
+    engine.answer(request)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if engine.backbone.device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    sync(engine.backbone.device)
+    began = time.perf_counter()
+    with torch.profiler.profile(activities=activities) as prof:
+        engine.answer(request)
+        sync(engine.backbone.device)
+    wall_ms = (time.perf_counter() - began) * 1000
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    by_name: dict[str, float] = {}
+    for e in kernels:
+        by_name[e.name] = by_name.get(e.name, 0.0) + e.device_time / 1000
+    busy_ms = sum(by_name.values())
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:12]
+    out = {
+        "wall_ms": round(wall_ms, 1),
+        "device_busy_ms": round(busy_ms, 1),
+        "kernels_launched": len(kernels),
+        "top_kernels_ms": {name[:100]: round(ms, 1) for name, ms in top},
+    }
+    print(f"  profile: wall {wall_ms:.0f} ms, device busy {busy_ms:.0f} ms, {len(kernels)} kernels")
+    for name, ms in top:
+        print(f"    {ms:8.1f} ms  {name[:90]}")
+    return out
+
+
 # -- the run --------------------------------------------------------------------------------------
 
 
@@ -749,12 +781,19 @@ def main() -> None:
         engine = shape(run, root, "27b", *sizes.big, sizes.big_dims)
         if engine is not None:
             big = engine
-            for row, make, long, cap in seed_001_rows(big, sizes):
+            rows = seed_001_rows(big, sizes)
+            for row, make, long, cap in rows:
                 repeats, warm = (1, 0) if long else (sizes.repeats, 1)
                 run.section(f"27b.{row}", partial(latency, big, row, make, repeats, warm), cap=cap)
-            run.section(
-                "27b.plain_forward_24K", lambda: {"ms": round(plain_forward(big, 1, sizes.long["24K"]), 1)}, cap=40
-            )
+                if row.startswith("24K"):  # its floor beside it: the same tokens through the bare model
+                    run.section(
+                        "27b.plain_forward_24K",
+                        lambda: {"ms": round(plain_forward(big, 1, sizes.long["24K"]), 1)},
+                        cap=40,
+                    )
+            long_row = next((r for r in rows if r[0].startswith("24K")), None)
+            if long_row is not None:
+                run.section("27b.profile_24K", partial(profile, big, long_row[1]), cap=40)
             big_measured: dict[str, Any] = {}
             run.section(
                 "27b.throughput", lambda: throughput(big, big_measured, sizes.big_counts), cap=90, keep=big_measured
@@ -863,6 +902,18 @@ def table(report: dict[str, Any]) -> None:
     plain = get("27b.plain_forward_24K")
     if plain:
         lines.append(("27b plain forward 1 x 24K", f"{plain['ms']} ms", "", "", peak("27b.plain_forward_24K")))
+    prof = get("27b.profile_24K")
+    if prof:
+        lines.append(
+            (
+                "27b 24K x 4q profiled",
+                f"wall {prof['wall_ms']} ms, device busy {prof['device_busy_ms']} ms, "
+                f"{prof['kernels_launched']} kernels",
+                "",
+                "",
+                "",
+            )
+        )
     tp = get("27b.throughput")
     for n in ("1", "8", "32"):
         if n in tp:
