@@ -6,9 +6,10 @@
 #
 # torch is installed at constraints.txt's version (2.13.0, there with the +cpu build tag) as
 # the CUDA build TORCH_CUDA names; every other package at its version in constraints.txt.
-# flash-linear-attention 0.5.2 (seed 001's reference pins it) gives the Gated DeltaNet layers
-# their chunked Triton kernels on CUDA; without it they run transformers' torch path
-# (docs/deploy/gpu.md). The CPU image leaves it out: its kernels are Triton kernels for GPUs.
+# The `cuda` extra adds flash-linear-attention 0.5.2 (seed 001's reference pins it; fla-core and
+# einops pinned in constraints.txt): the Gated DeltaNet layers' chunked Triton kernels on CUDA;
+# without it they run transformers' torch path (docs/deploy/gpu.md). The CPU image leaves it
+# out: its kernels are Triton kernels for GPUs.
 ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS wheel
@@ -28,8 +29,7 @@ COPY --from=wheel /wheels /wheels
 RUN grep -v '^torch==' /opt/vllm-sr/constraints.txt > /opt/vllm-sr/constraints-cuda.txt \
     && pip install --no-cache-dir --index-url "https://download.pytorch.org/whl/${TORCH_CUDA}" "torch==${TORCH_VERSION}+${TORCH_CUDA}" \
     && WHEEL=$(ls /wheels/*.whl) \
-    && pip install --no-cache-dir -c /opt/vllm-sr/constraints-cuda.txt "${WHEEL}[runtime]" \
-    && pip install --no-cache-dir -c /opt/vllm-sr/constraints-cuda.txt flash-linear-attention==0.5.2 fla-core==0.5.2 einops==0.8.2 \
+    && pip install --no-cache-dir -c /opt/vllm-sr/constraints-cuda.txt "${WHEEL}[runtime,cuda]" \
     && pip install --no-cache-dir --no-deps -r /opt/vllm-sr/constraints-nodeps.txt \
     && rm -rf /wheels \
     && useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin vllm-sr
