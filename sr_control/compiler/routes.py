@@ -43,6 +43,9 @@ _LLM_MODE = {
     "request_trailer_mode": "SKIP",
     "response_trailer_mode": "SKIP",
 }
+# An API that offers a virtual model (docs/decide/): the sidecar sees the answer's headers to
+# add x-vsr-decision and x-vsr-model; the body still streams back untouched.
+_DECIDE_MODE = _LLM_MODE | {"response_header_mode": "SEND"}
 
 
 def route_configuration(config: RouterConfig, offer: ListenerOffer, sidecar_version: str) -> dict[str, Any]:
@@ -108,7 +111,8 @@ def route_table(config: RouterConfig, offer: ListenerOffer, sidecar_version: str
             elif direct is not None:
                 routes.append(_provider(o.api.name, path, *direct))
             else:
-                routes.append(_sidecar(offer, o.api.name, None, path, LLM_TIMEOUT_MS, sidecar_version, _LLM_MODE))
+                mode = _DECIDE_MODE if any(m in config.virtual_models for m in o.models) else _LLM_MODE
+                routes.append(_sidecar(offer, o.api.name, None, path, LLM_TIMEOUT_MS, sidecar_version, mode))
     listings = [MODELS_PATH] + ([SYSTEMONE_MODELS_PATH] if offer.systemone_schema is not None else [])
     for path in listings:
         get = {"path": path, "headers": [{"name": ":method", "string_match": {"exact": "GET"}}]}

@@ -8,6 +8,7 @@ the sidecar uses the data of the version Envoy routed it with (docs/xds/sidecar-
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sr_control.compiler import names
@@ -82,6 +83,21 @@ class SidecarData:
                 elif model in self._provider_index:
                     models[model] = self._shared(("provider", model), {"provider": model})
                     providers.append(model)
+        decide = self._decide(offer)
+        if decide is not None:
+            # The Decide path's targets and decision models: reached through the virtual
+            # models, whether or not the listener names them itself.
+            for model in decide["reach"]:
+                if model in self.config.pools:
+                    members = list(self.config.pools[model].members)
+                    models.setdefault(model, self._shared(("pool", model), {"pool": members}))
+                    deployments += members
+                elif model in self._deployments_of:
+                    entry = {"deployments": self._deployments_of[model]}
+                    models.setdefault(model, self._shared(("deployments", model), entry))
+                    deployments += self._deployments_of[model]
+                elif model in self._provider_index:
+                    providers.append(model)
         auth = offer.listener.auth
         return {
             "listener": offer.name,
@@ -92,7 +108,36 @@ class SidecarData:
             "models": models,
             "deployments": {name: self._deployment(name) for name in dict.fromkeys(deployments)},
             "providers": {name: self._provider(name) for name in dict.fromkeys(providers)},
+            **({"decide": decide["text"]} if decide is not None else {}),
         }
+
+    def _decide(self, offer: ListenerOffer) -> dict[str, Any] | None:
+        """The virtual models this listener offers, with the signals and judges they read, as
+        one JSON text (``decide``) the sidecar compiles into plans (sr_control/decide/rules.py);
+        and every model they reach: route targets, defaults, decision models."""
+        config = self.config
+        offered = [m for o in offer.offers for m in o.models if m in config.virtual_models]
+        if not offered:
+            return None
+        vms = {name: config.virtual_models[name] for name in dict.fromkeys(offered)}
+        reach: list[str] = []
+        judges: dict[str, Any] = {}
+        for vm in vms.values():
+            reach += [m for route in vm.routes for m in route.models] + ([vm.default] if vm.default else [])
+            judges |= {r.judge: config.judges[r.judge] for r in vm.routes if r.judge in config.judges}
+        # Every signal is carried (they are few); only those the routes and judges test are asked.
+        reach += [s.model for s in config.signals.values() if s.asks_model]
+
+        def dump(section: Any) -> Any:
+            # exclude_unset: a keyword signal refuses a model field it did not give.
+            return section.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+        doc = {
+            "virtual_models": {n: dump(vm) for n, vm in vms.items()},
+            "signals": {n: dump(s) for n, s in config.signals.items()},
+            "judges": {n: dump(j) for n, j in judges.items()},
+        }
+        return {"text": json.dumps(doc, sort_keys=True), "reach": list(dict.fromkeys(reach))}
 
     def _api_entry(
         self, api: str, paths: tuple[str, ...], models: tuple[str, ...], schema: str | None, deadline_ms: int | None

@@ -9,6 +9,7 @@ anything a System One request can be sent to: a deployment, or a provider model 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -16,6 +17,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sr_control.apis import REGISTRY
+from sr_control.config.model import Judge, Signal, VirtualModel
+from sr_control.decide.rules import VirtualModelPlan, compile_virtual_model
 
 SYSTEMONE_API = "systemone"
 # The standard's alias for "the default model" (system-one-standard.md §1.1): the official SDK
@@ -111,6 +114,8 @@ class ListenerData:
     providers: Mapping[str, Provider]  # LLM model name -> provider
     auth: AuthRef | None = None
     received_at: float = field(default=0.0, compare=False)
+    # The virtual models the listener offers (docs/decide/), compiled once per version.
+    virtual_models: Mapping[str, VirtualModelPlan] = field(default_factory=dict)
 
     @property
     def systemone(self) -> Offer | None:
@@ -201,6 +206,7 @@ def _read(p: Mapping[str, Any], version: str, received_at: float) -> ListenerDat
                 f"{', '.join(missing)}"
             )
     auth = p.get("auth")
+    decide = p.get("decide")
     return ListenerData(
         listener=str(p["listener"]),
         version=version,
@@ -210,7 +216,20 @@ def _read(p: Mapping[str, Any], version: str, received_at: float) -> ListenerDat
         providers=MappingProxyType(providers),
         auth=AuthRef(auth.get("keys_env"), auth.get("keys_file")) if auth else None,
         received_at=received_at,
+        virtual_models=MappingProxyType(_virtual_models(str(decide))) if decide else MappingProxyType({}),
     )
+
+
+def _virtual_models(text: str) -> dict[str, VirtualModelPlan]:
+    """The ``decide`` entry (a JSON text of the config's sections) compiled into plans. The
+    control plane validated the config; a section that no longer reads is the NACK's message."""
+    doc = json.loads(text)
+    signals = {n: Signal.model_validate(s) for n, s in doc.get("signals", {}).items()}
+    judges = {n: Judge.model_validate(j) for n, j in doc.get("judges", {}).items()}
+    return {
+        name: compile_virtual_model(name, VirtualModel.model_validate(vm), signals, judges)
+        for name, vm in doc.get("virtual_models", {}).items()
+    }
 
 
 def _declared(caps: Mapping[str, Any] | None) -> Declared | None:

@@ -107,7 +107,8 @@ def _llm_entries(data: ListenerData) -> list[JsonObject]:
     names: dict[str, None] = {}
     for offer in data.offers.values():
         if offer.api != SYSTEMONE_API:
-            names.update(dict.fromkeys(m for m in offer.models if m in data.providers))
+            # A virtual model (docs/decide/) is listed as any model the client may name.
+            names.update(dict.fromkeys(m for m in offer.models if m in data.providers or m in data.virtual_models))
     return [
         JsonObject([("id", n), ("object", "model"), ("created", _created(data)), ("owned_by", "vllm-sr")])
         for n in names

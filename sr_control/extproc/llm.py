@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from sr_control.extproc.data import Provider
 from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.incoming import Incoming
 
@@ -70,6 +71,14 @@ def llm_error(api: str, status: int, message: str, code: str, param: str | None 
     return Answer(status, _JSON, json.dumps(doc).encode())
 
 
+def model_of(body: bytes) -> Any:
+    """The body's ``model`` (None when the body is not a JSON object or names none)."""
+    try:
+        return _DECODER.decode(body).model
+    except msgspec.DecodeError:
+        return None
+
+
 def route(incoming: Incoming, body: bytes) -> Forward | Answer:
     api = incoming.api
     offer = incoming.data.offers.get(api)
@@ -93,14 +102,23 @@ def route(incoming: Incoming, body: bytes) -> Forward | Answer:
             "model_not_found",
             "model",
         )
-    sets: list[tuple[str, str]] = []
+    return to_provider(incoming, provider)
+
+
+def to_provider(
+    incoming: Incoming, provider: Provider, set_headers: tuple[tuple[str, str], ...] = (), body: bytes | None = None
+) -> Forward:
+    """Envoy sends the request to ``provider``'s cluster, its path onto the provider's base path."""
+    sets: list[tuple[str, str]] = list(set_headers)
     path = provider.base_path + incoming.path[len("/v1") :] if incoming.path.startswith("/v1") else incoming.path
     if path != incoming.path:
         # What the access log shows; without the query, as the header goes upstream too.
         sets.append(("x-envoy-original-path", incoming.path.partition("?")[0]))
     # No key here: Envoy adds the provider's from its own environment as the request leaves, and
     # a listener with keys drops the client's (sr_control/compiler/credentials.py).
-    return Forward(cluster=provider.cluster, path=path if path != incoming.path else None, set_headers=tuple(sets))
+    return Forward(
+        cluster=provider.cluster, path=path if path != incoming.path else None, body=body, set_headers=tuple(sets)
+    )
 
 
-__all__ = ["llm_error", "route"]
+__all__ = ["llm_error", "model_of", "route", "to_provider"]

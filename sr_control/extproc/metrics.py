@@ -116,6 +116,43 @@ class Metrics:
             )
         )
 
+        # The Decide path (docs/decide/): an LLM request naming a virtual model.
+        self.decide_requests = Family(
+            Counter(
+                "vsr_decide_requests",
+                "LLM requests to a virtual model, by listener, the route that fired (default: none did; "
+                "none: no route and no default, the client got the API's error) and the model chosen.",
+                ["listener", "decision", "model"],
+                registry=r,
+            )
+        )
+        self.decide_answers = Family(
+            Counter(
+                "vsr_decide_signal_answers",
+                "Signal answers, by signal and answer: noul P(yes) and score levels in buckets (0.0-0.2, ...; "
+                "the level rounded), choice the option, set and span each label (or none), keyword "
+                "true/false, unknown when the decision model failed or timed out.",
+                ["signal", "answer"],
+                registry=r,
+            )
+        )
+        self.decide_seconds = Family(
+            Histogram(
+                "vsr_decide_seconds",
+                "Time the sidecar spent deciding an LLM request to a virtual model (the decision-model calls "
+                "included), by listener.",
+                ["listener"],
+                buckets=_BUCKETS,
+                registry=r,
+            )
+        )
+        self.decide_calls = Histogram(
+            "vsr_decide_model_calls_per_request",
+            "Decision-model calls per LLM request to a virtual model (one per decision model its signals name).",
+            buckets=(0, 1, 2, 3, 4, 8),
+            registry=r,
+        )
+
     def text(self) -> bytes:
         return generate_latest(self.registry)
 

@@ -5,8 +5,10 @@
                       answer listings at once
     request_body      System One: read, choose, then Envoy forwards or the sidecar calls
                       and answers (systemone_path.py, its steps top to bottom);
-                      LLM APIs: pick the provider by ``model`` (llm.py)
-    response_headers  a failed member is replaced by another (fail-over); a reply the member
+                      LLM APIs: pick the provider by ``model`` (llm.py), or
+                      decide it when ``model`` is a virtual model (decide.py)
+    response_headers  a decided LLM request's answer gets x-vsr-decision/x-vsr-model;
+                      a failed member is replaced by another (fail-over); a reply the member
                       calls whole that is the client's answer as it is goes through unread;
                       else go on
     response_body     the member's reply in the client's schema
@@ -34,6 +36,7 @@ from sr_control.extproc.answer import error_answer, whole_as_sent
 from sr_control.extproc.auth import TWO_KEYS, KeysUnavailable
 from sr_control.extproc.call import Call
 from sr_control.extproc.data import SYSTEMONE_API
+from sr_control.extproc.decide import decide_request, virtual_model
 from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.incoming import Incoming, Sidecar
 from sr_control.extproc.listing import listing
@@ -91,6 +94,7 @@ class Exchange:
         self.upstream_status = 0
         self.upstream_headers: dict[str, str] = {}
         self.status: int | None = None  # what the client got
+        self.decided: tuple[tuple[str, str], ...] = ()  # the Decide path's answer headers
         self.done = False
 
     async def handle(self, message: pb.ProcessingRequest) -> pb.ProcessingResponse:
@@ -157,7 +161,11 @@ class Exchange:
         if self.api == SYSTEMONE_API:
             out, self.call = await self.systemone.request(incoming, body)
         elif self.api in incoming.data.offers:
-            out = llm.route(incoming, body)
+            plan = virtual_model(incoming, body)
+            if plan is not None:
+                out, self.decided = await decide_request(self.sidecar, incoming, body, plan)
+            else:
+                out = llm.route(incoming, body)
         else:
             out = llm.llm_error(
                 self.api, 404, f"listener {self.listener!r} does not offer the {self.api} API", "not_found"
@@ -172,6 +180,8 @@ class Exchange:
         headers = envoy.headers_of(message)
         status = int(headers.get(":status", "0") or 0)
         if self.call is None:
+            if self.decided:
+                return envoy.pass_response((*self.decided, *self._stamp()))
             return envoy.CONTINUE_RESPONSE_HEADERS
         self.upstream_status, self.upstream_headers = status, headers
         answer = await self.systemone.response_headers(self.call, status, headers, message.end_of_stream)

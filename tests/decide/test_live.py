@@ -1,0 +1,282 @@
+"""The Decide path live: a real Envoy fed by the control plane, a real ``vllm-sr extproc serve``
+sidecar and a real ``vllm-srun serve`` runtime on the tiny llama-prefix-bidir checkpoint as the
+decision model. The two LLMs are OpenAI-compatible test upstreams started by this file
+(``ChatUpstream``): each answers a chat completion saying who it is and what it received.
+
+The tiny checkpoint's answers are random, so the routes that read them hold for any answer
+(``at_least: 0``, every option); what tells the requests apart is a keyword signal over the
+conversation, beside four model signals asked in one call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sr_runtime.presets import create
+from tests.conftest import run_cli
+from tests.e2e.envoy_proc import Envoy, free_port, wait_for
+from tests.e2e.http_client import Reply, request
+from tests.extproc.harness import Plane, Runtime, SidecarProc, envoy_for, get_text, metric
+
+CONFIG = """\
+version: 2
+providers:
+  models:
+    - {{name: small-llm, api_format: chat_completions, endpoints: ["{small}/v1"]}}
+    - {{name: big-llm, api_format: chat_completions, endpoints: ["{big}/v1"]}}
+deployments:
+  tiny: {{provider: systemone, endpoint: "{runtime}/v1/systemone", model: tiny, schema: vllm-sr/5.0}}
+pools:
+  vllm-sr/auto: {{members: [tiny]}}
+signals:
+  urgent:
+    type: noul
+    instructions: Does the user report a problem that blocks their work?
+    input: [request, history]
+  team:
+    type: choice
+    instructions: Which team should handle this request?
+    criteria: {{billing: Payments and refunds, engineering: Outages and bugs, other: Anything else}}
+    on_unknown: other
+  urgency: {{preset: urgency, on_unknown: false}}
+  polite: {{type: noul, instructions: Is the user polite?}}
+  outage: {{keyword: '(?i)\\b(outage|down)\\b'}}
+  zebra: {{keyword: (?i)zebra}}
+  rushed:
+    type: noul
+    instructions: Is this request urgent?
+    timeout_ms: 1                       # no runtime answers within 1 ms: always unknown
+    on_unknown: true
+virtual_models:
+  vllm-sr/router:
+    default: small-llm
+    routes:
+      - name: outages
+        when:
+          all:
+            - {{keyword: outage}}
+            - {{noul: urgent, at_least: 0}}
+            - {{choice: team, is: [billing, engineering, other]}}
+            - {{score: urgency, at_least: 0}}
+            - {{noul: polite, at_least: 0}}
+        model: big-llm
+        rewrite:
+          system_prompt: Answer in one line.
+          headers: {{x-team: engineering}}
+      - name: everyday
+        when: {{any: [{{noul: urgent, at_least: 0}}, {{score: urgency, at_least: 0}}, {{noul: polite, at_least: 0}}]}}
+        model: small-llm
+  vllm-sr/hurried:
+    routes:
+      - {{name: rushed, when: {{noul: rushed, above: 1}}, model: big-llm}}
+  vllm-sr/strict:
+    routes:
+      - {{name: zebras, when: {{keyword: zebra}}, model: big-llm}}
+listeners:
+  - name: public
+    address: 127.0.0.1
+    port: {port}
+    apis:
+      chat_completions: {{models: [vllm-sr/router, vllm-sr/hurried, vllm-sr/strict, small-llm]}}
+"""
+
+
+class ChatUpstream:
+    """An OpenAI-compatible test upstream: answers every chat completion with a message naming
+    itself, and records the bodies and headers it received."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.received: list[tuple[dict[str, Any], dict[str, str]]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+                outer.received.append((body, {k.lower(): v for k, v in self.headers.items()}))
+                out = json.dumps(
+                    {
+                        "id": "chatcmpl-test",
+                        "object": "chat.completion",
+                        "model": body.get("model"),
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": f"{outer.name} answers"},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass
+class Live:
+    port: int
+    config: Path
+    runtime: Runtime
+    sidecar: SidecarProc
+    small: ChatUpstream
+    big: ChatUpstream
+
+    def chat(self, model: str, *turns: str) -> Reply:
+        body = json.dumps(chat_body(model, *turns)).encode()
+        return request(self.port, "POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+
+    def decision_calls(self) -> float:
+        """The runtime's own count of System One requests answered (its /metrics)."""
+        return metric(get_text(self.runtime.url + "/metrics"), "vsr_runtime_requests_total", endpoint="/v1/systemone")
+
+
+def chat_body(model: str, *turns: str) -> dict[str, Any]:
+    roles = ["user", "assistant"]
+    return {
+        "model": model,
+        "messages": [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)],
+    }
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    directory = tmp_path_factory.mktemp("decide-live")
+    checkpoint = create(directory / "tiny", "llama-prefix-bidir", seed=0)
+    runtime = Runtime(checkpoint, directory / "runtime.log").start()
+    small, big = ChatUpstream("small-llm"), ChatUpstream("big-llm")
+    port, sidecar_port = free_port(), free_port()
+    text = CONFIG.format(small=small.url, big=big.url, runtime=runtime.url, port=port)
+    parts: list[Any] = []
+    try:
+        runtime.wait()
+        plane = Plane(directory, text, sidecar_port)
+        parts.append(plane)
+        sidecar = SidecarProc(directory, plane.port, port=sidecar_port).wait()
+        parts.append(sidecar)
+        envoy: Envoy = envoy_for(directory, plane, sidecar_port)
+        parts.append(envoy)
+
+        def listed() -> bool:
+            try:
+                reply = request(port, "GET", "/v1/models", None, {})
+            except OSError:
+                return False
+            return reply.status == 200 and "vllm-sr/router" in reply.body.decode()
+
+        wait_for(listed, timeout=60, what="the listener to list vllm-sr/router")
+        yield Live(port, plane.config, runtime, sidecar, small, big)
+    finally:
+        for part in reversed(parts):
+            part.stop()
+        runtime.stop()
+        small.stop()
+        big.stop()
+
+
+def route_cli(live: Live, tmp_path: Path, body: dict[str, Any]) -> dict[str, Any]:
+    """What ``vllm-sr route`` decides for the same request and config."""
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(body))
+    result = run_cli("route", str(path), "--config", str(live.config), "--format", "json")
+    assert result.stderr == ""
+    return dict(json.loads(result.stdout)["decision"])
+
+
+OUTAGE = "Our export service is down since this morning."
+EVERYDAY = "How do I export my invoices?"
+
+
+def test_models_listing_names_the_virtual_models(live: Live) -> None:
+    reply = request(live.port, "GET", "/v1/models", None, {})
+    assert reply.status == 200
+    ids = [m["id"] for m in reply.json()["data"]]
+    assert ids == ["vllm-sr/router", "vllm-sr/hurried", "vllm-sr/strict", "small-llm"]
+
+
+@pytest.mark.parametrize(
+    ("turns", "upstream", "decision"),
+    [
+        ((EVERYDAY, "Use the export button.", OUTAGE), "big-llm", "outages"),
+        ((OUTAGE, "We are looking into it.", EVERYDAY), "small-llm", "everyday"),
+    ],
+)
+def test_the_conversation_routes_to_an_llm_in_one_decision_call(
+    live: Live, tmp_path: Path, turns: tuple[str, ...], upstream: str, decision: str
+) -> None:
+    before = live.decision_calls()
+    reply = live.chat("vllm-sr/router", *turns)
+    # Four model signals, one decision model: one call.
+    assert live.decision_calls() - before == 1
+    assert reply.status == 200, reply.body
+    assert reply.headers["x-vsr-decision"] == decision
+    assert reply.headers["x-vsr-model"] == upstream
+    answer = reply.json()
+    assert answer["choices"][0]["message"]["content"] == f"{upstream} answers"
+    assert answer["model"] == upstream  # the body Envoy forwarded names the chosen model
+    got, headers = (live.big if upstream == "big-llm" else live.small).received[-1]
+    if decision == "outages":  # the route's rewrite: its system prompt first, its header
+        assert got["messages"][0] == {"role": "system", "content": "Answer in one line."}
+        assert headers["x-team"] == "engineering"
+    else:
+        assert got["messages"] == chat_body("vllm-sr/router", *turns)["messages"]
+        assert "x-team" not in headers
+    shown = route_cli(live, tmp_path, chat_body("vllm-sr/router", *turns))
+    assert (shown["route"], shown["model"]) == (decision, upstream)
+    metrics = live.sidecar.metrics()
+    assert metric(metrics, "vsr_decide_requests_total", listener="public", decision=decision, model=upstream) >= 1
+    assert metric(metrics, "vsr_decide_signal_answers_total", signal="outage") >= 1
+
+
+def test_a_timed_out_decision_model_applies_on_unknown_and_the_request_succeeds(live: Live, tmp_path: Path) -> None:
+    reply = live.chat("vllm-sr/hurried", EVERYDAY)
+    assert reply.status == 200, reply.body
+    # rushed's test (above 1) holds for no answer; unknown with on_unknown true, it holds.
+    assert (reply.headers["x-vsr-decision"], reply.headers["x-vsr-model"]) == ("rushed", "big-llm")
+    assert reply.json()["choices"][0]["message"]["content"] == "big-llm answers"
+    assert metric(live.sidecar.metrics(), "vsr_decide_signal_answers_total", signal="rushed", answer="unknown") >= 1
+    shown = route_cli(live, tmp_path, chat_body("vllm-sr/hurried", EVERYDAY))
+    assert (shown["route"], shown["model"]) == ("rushed", "big-llm")
+
+
+def test_no_route_and_no_default_is_the_apis_own_error(live: Live, tmp_path: Path) -> None:
+    reply = live.chat("vllm-sr/strict", EVERYDAY)
+    assert reply.status == 400
+    error = reply.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["code"] == "no_route"
+    assert re.search(r"no route of virtual model 'vllm-sr/strict' matches", error["message"])
+    assert route_cli(live, tmp_path, chat_body("vllm-sr/strict", EVERYDAY))["model"] is None
+
+
+def test_a_model_the_listener_serves_itself_goes_straight_to_it(live: Live) -> None:
+    reply = live.chat("small-llm", EVERYDAY)
+    assert reply.status == 200
+    assert reply.json()["choices"][0]["message"]["content"] == "small-llm answers"
+    assert "x-vsr-decision" not in reply.headers
