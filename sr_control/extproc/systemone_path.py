@@ -3,8 +3,6 @@ the ``vllm-sr/auto`` pool and named decision models).
 
     read       read.py       the body in the listener's schema: the IR and a plan (a bad
                              request is answered here, in the listener's error form)
-  ( decide     decide.py     the Decide path, a later issue: one System One request built from
-                             an LLM request, its model rewritten; a step of its own here )
     choose     choose.py     the members of the model the request names, ranked: able to
                              answer every question and read its media (cards), then fewest
                              open calls
@@ -46,7 +44,6 @@ class SystemOne:
         call = read(incoming, body, sidecar.metrics)
         if isinstance(call, Answer):
             return call, None
-        # The Decide path's step goes here (decide.py, a later issue): it rewrites call.req.
         try:
             call.ranking = await choose(sidecar.pool, incoming, call.req.ir, len(body))
         except ProtocolError as exc:
