@@ -202,7 +202,12 @@ class Stack:
             admin=Address(path=str(self.admin_socket)),
         )
         self._plane = ControlPlane(
-            self.config_path, settings, host="127.0.0.1", port=ports.xds, status_port=ports.xds_status
+            self.config_path,
+            settings,
+            host="127.0.0.1",
+            port=ports.xds,
+            status_port=ports.xds_status,
+            state_dir=opts.state_dir,  # the versions served outlive a restart (vllm-sr config versions)
         )
         self._plane.start()
 

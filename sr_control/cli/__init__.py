@@ -14,6 +14,7 @@ from sr_control.cli import extproc as extproc_cmd
 from sr_control.cli import route as route_cmd
 from sr_control.cli import schemas as schemas_cmd
 from sr_control.cli import serve as serve_cmd
+from sr_control.cli import status as status_cmd
 from sr_control.cli import systemone as systemone_cmd
 from sr_control.cli import xds as xds_cmd
 from sr_control.cli.errors import run
@@ -33,6 +34,7 @@ app.add_typer(xds_cmd.app, name="xds")
 app.add_typer(extproc_cmd.app, name="extproc")
 app.command(name="serve")(serve_cmd.serve)
 app.command(name="route")(route_cmd.route)
+app.command(name="status")(status_cmd.status)
 
 
 def _version(value: bool) -> None:

@@ -16,6 +16,7 @@ from sr_control.compiler import Address, Settings
 from sr_control.pools import discovery_from
 from sr_control.xds import ControlPlane
 from sr_control.xds.server import MAX_STREAMS
+from sr_control.xds.versions import KEEP
 
 app = typer.Typer(help="Serve router configs to Envoy over xDS.", no_args_is_help=True)
 
@@ -80,6 +81,18 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help=(
+                "Keep the versions served (source text and time) under DIR/versions, across restarts; "
+                "`vllm-sr config versions` lists them. Default: kept in memory only."
+            ),
+            metavar="DIR",
+            show_default=False,
+        ),
+    ] = None,
+    keep: Annotated[int, typer.Option(help="How many served versions to keep.", min=1)] = KEEP,
 ) -> None:
     """Serve a config over xDS and push every valid edit.
 
@@ -105,6 +118,8 @@ def serve(
         settle=settle,
         max_streams=max_streams,
         discovery=discovery,
+        state_dir=state_dir,
+        keep=keep,
     )
     try:
         plane.start()

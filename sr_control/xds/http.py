@@ -24,7 +24,10 @@ class StatusServer:
         alive: Callable[[], bool],
         not_ready: str = "no valid config yet",
         not_alive: str = "config watch stopped: edits are no longer read",
+        more: Callable[[str], tuple[int, str, bytes] | None] | None = None,
     ) -> None:
+        """``more(path)`` answers other paths as (status, content type, body), or None for 404."""
+
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True
@@ -47,6 +50,8 @@ class StatusServer:
                     # restarting it is the cure, so liveness fails.
                     ok = alive()
                     self._send(200 if ok else 503, "text/plain", b"alive\n" if ok else not_alive.encode() + b"\n")
+                elif more is not None and (answer := more(path)) is not None:
+                    self._send(*answer)
                 else:
                     self._send(404, "application/json", b'{"detail":"try /status, /metrics, /healthz or /livez"}\n')
 

@@ -25,6 +25,7 @@ def _now() -> str:
 class _TypeStatus:
     pushed: str | None = None
     acked: str | None = None
+    acked_at: str | None = None  # when ``acked`` came (or was found held)
     nack: dict[str, str] | None = None
     nacked_at: datetime | None = None  # when ``nack`` came, to tell whether it refused the version served
 
@@ -83,6 +84,8 @@ class Ledger:
                             TYPE_NAMES.get(t, t): {"pushed": s.pushed, "acked": s.acked, "nack": s.nack}
                             for t, s in sorted(status.types.items(), key=lambda kv: TYPE_NAMES.get(kv[0], kv[0]))
                         },
+                        # Since when the node holds what it ACKed, per type.
+                        "acked_at": {TYPE_NAMES.get(t, t): s.acked_at for t, s in sorted(status.types.items())},
                     }
                 )
             return out
@@ -110,7 +113,7 @@ class Ledger:
     def _acked(self, info: StreamInfo, type_url: str, version: str) -> None:
         with self._lock:
             status = self._type(info, type_url)
-            status.acked = version
+            status.acked, status.acked_at = version, _now()
             status.nack = status.nacked_at = None
 
     def _resumed(self, info: StreamInfo, type_url: str, version: str) -> None:
@@ -119,6 +122,7 @@ class Ledger:
         with self._lock:
             status = self._type(info, type_url)
             status.pushed = status.acked = version
+            status.acked_at = _now()
             status.nack = status.nacked_at = None
 
     def _nacked(self, info: StreamInfo, type_url: str, version: str, message: str) -> None:

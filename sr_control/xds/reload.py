@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,8 +73,10 @@ class Reloader:
         metrics: Metrics,
         group: str = ALL_NODES,
         discovery: Discovery | None = None,
+        served: Callable[[Snapshot, str], None] | None = None,
     ) -> None:
         self.path = path
+        self._served = served  # told of each new version with the text it came from (the version store)
         self.settings = settings
         self.cache = cache
         self.metrics = metrics
@@ -113,6 +116,11 @@ class Reloader:
         self.metrics.reloads.labels(result=outcome.result).inc()
         self.last_reload = {"result": outcome.result, "at": _now(), "version": outcome.version}
         return outcome
+
+    @property
+    def config(self) -> RouterConfig | None:
+        """The config served (None before the first valid one)."""
+        return self._config
 
     def endpoints_status(self) -> dict[str, Any]:
         return self._endpoints.status()
@@ -181,6 +189,8 @@ class Reloader:
             self.snapshot, self._config = snapshot, report.config
             self.cache.set_snapshot(self.group, snapshot)
         self.metrics.served(snapshot.version, snapshot.generation)
+        if self._served is not None:
+            self._served(snapshot, text)
         changed = {name: v for name, v in _listener_versions(snapshot).items() if before.get(name) != v}
         _log.info(
             "config served",

@@ -8,12 +8,17 @@ plane.stop()
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from sr_base import log
 from sr_control.compiler import Settings
+from sr_control.compiler.protos import ENDPOINT, TYPE_NAMES
+from sr_control.config.explain import explain
 from sr_control.config.load import read_text
+from sr_control.config.model import RouterConfig
+from sr_control.decide.cards import members_of
 from sr_control.pools.discovery import Discovery
 from sr_control.xds.cache import SnapshotCache
 from sr_control.xds.hooks import Hooks
@@ -22,6 +27,8 @@ from sr_control.xds.ledger import Ledger
 from sr_control.xds.metrics import Metrics
 from sr_control.xds.reload import Reloader
 from sr_control.xds.server import MAX_STREAMS, AdsService, make_server
+from sr_control.xds.snapshot import Snapshot
+from sr_control.xds.versions import KEEP, VersionStore
 from sr_control.xds.watch import FileWatch
 
 _log = log.get_logger("vllm_sr.xds")
@@ -40,12 +47,23 @@ class ControlPlane:
         settle: float = 0.25,
         max_streams: int = MAX_STREAMS,
         discovery: Discovery | None = None,
+        state_dir: Path | None = None,
+        keep: int = KEEP,
     ) -> None:
         self.config = config
+        # The versions served, with their text: under the state directory, so they outlive a restart.
+        self.versions = VersionStore(state_dir / "versions" if state_dir is not None else None, keep)
         self.cache = SnapshotCache()
         self.ledger = Ledger()
         self.metrics = Metrics()
-        self.reloader = Reloader(config, settings, self.cache, self.metrics, discovery=discovery)
+        self.reloader = Reloader(
+            config,
+            settings,
+            self.cache,
+            self.metrics,
+            discovery=discovery,
+            served=self._served,
+        )
         self.service = AdsService(
             self.cache, Hooks.chain(self.ledger.hooks(), self.metrics.hooks()), max_streams=max_streams
         )
@@ -72,6 +90,7 @@ class ControlPlane:
                     metrics=self.metrics.text,
                     serving=lambda: self.reloader.snapshot is not None,
                     alive=self._watch.alive,
+                    more=self._versions_http,
                 )
             except OSError as exc:
                 raise OSError(f"cannot listen on {self._host}:{self._status_port}: {exc.strerror}") from None
@@ -108,6 +127,13 @@ class ControlPlane:
             "nodes": self.ledger.nodes(),
         }
         snapshot = self.reloader.snapshot
+        # What each node must have ACKed, per type, to be on this version; and what each
+        # listener offers (for ``vllm-sr status``).
+        out["type_versions"] = (
+            {TYPE_NAMES[t]: snapshot.type_version(t) for t in TYPE_NAMES} if snapshot is not None else {}
+        )
+        config = self.reloader.config
+        out["listeners"] = listener_offers(config) if config is not None else []
         last = self.reloader.last_reload
         refusals = self.ledger.refusals(since=snapshot.created_at) if snapshot is not None else []
         if refusals and last is not None and last["result"] in ("ok", "unchanged"):
@@ -115,6 +141,44 @@ class ControlPlane:
             # serving what it had. A later version it accepts is published later, and clears this.
             out["last_reload"] = last | {"result": "refused", "refused_by": refusals}
         return out
+
+    def _served(self, snapshot: Snapshot, text: str) -> None:
+        types = {TYPE_NAMES[t]: snapshot.type_version(t) for t in TYPE_NAMES if t != ENDPOINT}
+        self.versions.record(snapshot.version, text, snapshot.generation, types)
+
+    def _versions_http(self, path: str) -> tuple[int, str, bytes] | None:
+        """``GET /versions`` (the list, newest first) and ``GET /versions/VERSION`` (its source text)."""
+        if path == "/versions":
+            snapshot = self.reloader.snapshot
+            doc = {
+                "config": str(self.config),
+                "live": snapshot.version if snapshot is not None else None,
+                "keep": self.versions.keep,
+                "versions": self.versions.entries(),
+            }
+            return 200, "application/json", json.dumps(doc, indent=2).encode() + b"\n"
+        if path.startswith("/versions/"):
+            text = self.versions.source(path.removeprefix("/versions/"))
+            if text is None:
+                return 404, "application/json", b'{"detail":"no such version kept; GET /versions lists them"}\n'
+            return 200, "application/yaml; charset=utf-8", text.encode()
+        return None
+
+
+def listener_offers(config: RouterConfig) -> list[dict[str, Any]]:
+    """Per listener: its APIs, each with its schema and models, each model with its members."""
+    out = []
+    for entry in explain(config)["listeners"]:
+        apis = [
+            {
+                "api": api["api"],
+                "schema": api["schema"],
+                "models": {model: list(members_of(config, model)) for model in api["models"]},
+            }
+            for api in entry["apis"]
+        ]
+        out.append({"name": entry["name"], "address": entry["address"], "port": entry["port"], "apis": apis})
+    return out
 
 
 __all__ = ["ControlPlane"]

@@ -1,0 +1,299 @@
+"""``vllm-sr status``: what is live, on which nodes, and whether they are in step.
+
+One report from the control plane's ``/status`` and ``/versions`` and each sidecar's ``/status``
+and ``/metrics``:
+
+    report = gather("127.0.0.1:18001", ["127.0.0.1:18081"])
+    report["in_step"]      # False when a node is behind or a NACK stands
+    print(render(report))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sr_control.operate.live import Unreachable, get_json, get_text, legacy_forms
+
+# Types whose versions follow the config; endpoints (EDS) change with pods under one config version.
+CONFIG_TYPES = ("clusters", "listeners", "routes", "sidecar")
+
+
+def _kind(node: dict[str, Any]) -> str:
+    types = set(node.get("types", {}))
+    return "sidecar" if types <= {"sidecar"} and node["id"] != "vllm-sr-envoy" else "envoy"
+
+
+def _config_version(acked: dict[str, str | None], history: list[dict[str, Any]]) -> str | None:
+    """The config version whose per-type versions are what the node ACKed (for the types it holds)."""
+    held = {t: v for t, v in acked.items() if t in CONFIG_TYPES}
+    if not held:
+        return None
+    for entry in history:
+        types = entry.get("types") or {}
+        if all(types.get(t) == v for t, v in held.items()):
+            return str(entry["version"])
+    return None
+
+
+def judge_node(node: dict[str, Any], want: dict[str, str], history: list[dict[str, Any]]) -> dict[str, Any]:
+    """A node as the report shows it: its state (in_step, behind, refused) and the version it holds."""
+    types = node.get("types", {})
+    nack = next(
+        ({"type": name, **t["nack"]} for name, t in types.items() if t.get("nack")),
+        None,
+    )
+    behind = sorted(name for name, t in types.items() if name in want and t.get("acked") != want[name])
+    if not types:
+        behind = ["(nothing received yet)"]
+    acked = {name: t.get("acked") for name, t in types.items()}
+    state = "refused" if nack is not None else "behind" if behind else "in_step"
+    since = [at for name, at in (node.get("acked_at") or {}).items() if name in CONFIG_TYPES and at]
+    return {
+        "id": node["id"],
+        "kind": _kind(node),
+        "protocol": node.get("protocol"),
+        "peer": node.get("peer"),
+        "connected_at": node.get("connected_at"),
+        "state": state,
+        "version": _config_version(acked, history),
+        "since": max(since) if since else None,
+        "behind": behind,
+        "nack": nack,
+        "types": types,
+    }
+
+
+def _sidecar(address: str) -> dict[str, Any]:
+    try:
+        doc = get_json(address, "/status")
+        forms = legacy_forms(get_text(address, "/metrics"))
+    except Unreachable as exc:
+        return {"address": address, "reachable": False, "error": str(exc)}
+    workers = [w for w in doc.get("workers", []) if isinstance(w, dict)]
+    members: dict[str, dict[str, Any]] = {}
+    open_calls: dict[str, int] = {}
+    for worker in workers:
+        for name, member in (worker.get("members") or {}).items():
+            members.setdefault(name, member)  # every worker reads the same cards
+        for name, n in (worker.get("open_calls") or {}).items():
+            open_calls[name] = open_calls.get(name, 0) + int(n)
+    return {
+        "address": address,
+        "reachable": True,
+        "workers": len(workers),
+        "ready": all(w.get("ready") for w in workers) if workers else False,
+        "members": members,
+        "open_calls": open_calls,
+        "legacy_forms": forms,
+    }
+
+
+def gather(xds: str, sidecars: list[str]) -> dict[str, Any]:
+    """The report; raises Unreachable when the control plane does not answer."""
+    plane = get_json(xds, "/status")
+    try:
+        history = get_json(xds, "/versions").get("versions", [])
+    except Unreachable:
+        history = []  # an older control plane: nodes' versions are named only when in step
+    want = plane.get("type_versions") or {}
+    live = plane.get("version")
+    if live and want:
+        history = [{"version": live, "types": want}, *history]
+    nodes = [judge_node(n, want, history) for n in plane.get("nodes", [])]
+    side = [_sidecar(a) for a in sidecars]
+    problems = []
+    for n in nodes:
+        if n["state"] == "refused":
+            nack = n["nack"]
+            problems.append(f"{n['id']} refused {nack['type']} version {nack['version']}: {nack['message']}")
+        elif n["state"] == "behind":
+            problems.append(f"{n['id']} is behind on {', '.join(n['behind'])}")
+    if not live:
+        problems.append("the control plane serves no version yet")
+    warnings = [f"sidecar status {s['address']} unreachable: {s['error']}" for s in side if not s["reachable"]]
+    if not any(n["kind"] == "envoy" for n in nodes):
+        warnings.append("no Envoy is connected to the control plane")
+    last_error = plane.get("last_error")
+    if last_error and (plane.get("last_reload") or {}).get("result") in ("invalid", "unreadable", "error"):
+        first = (last_error.get("problems") or [{}])[0]
+        warnings.append(
+            f"the last edit was not served ({last_error['result']}): "
+            f"{first.get('file', '')}:{first.get('line', 0)}:{first.get('column', 0)} {first.get('message', '')}"
+        )
+    return {
+        "control_plane": {
+            "address": xds,
+            "version": live,
+            "config": plane.get("config"),
+            "generation": plane.get("generation"),
+            "served_since": plane.get("served_since"),
+            "last_reload": plane.get("last_reload"),
+            "last_error": last_error,
+        },
+        "in_step": not problems,
+        "problems": problems,
+        "warnings": warnings,
+        "nodes": nodes,
+        "listeners": _listeners(plane.get("listeners") or [], side),
+        "sidecars": side,
+    }
+
+
+def _listeners(listeners: list[dict[str, Any]], sidecars: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each listener's APIs, and each model's members with what the sidecars know of them."""
+    seen = [s for s in sidecars if s.get("reachable")]
+    out = []
+    for listener in listeners:
+        forms: dict[str, int] = {}
+        for s in seen:
+            for form, n in s["legacy_forms"].get(listener["name"], {}).items():
+                forms[form] = forms.get(form, 0) + n
+        apis = []
+        for api in listener.get("apis", []):
+            models = {
+                model: [_member(name, seen) for name in members] for model, members in (api.get("models") or {}).items()
+            }
+            apis.append({"api": api["api"], "schema": api.get("schema"), "models": models})
+        out.append({**{k: listener[k] for k in ("name", "address", "port")}, "apis": apis, "legacy_forms": forms})
+    return out
+
+
+def _member(name: str, sidecars: list[dict[str, Any]]) -> dict[str, Any]:
+    known = next((s["members"][name] for s in sidecars if name in s["members"]), None)
+    open_calls = sum(s["open_calls"].get(name, 0) for s in sidecars)
+    if known is None:
+        return {"name": name, "health": "unknown", "down": None, "question_types": [], "open_calls": open_calls}
+    return {
+        "name": name,
+        "health": "down" if known.get("down") else "up",
+        "down": known.get("down"),
+        "question_types": known.get("question_types", []),
+        "modalities": known.get("modalities", []),
+        "contract": known.get("contract"),
+        "open_calls": open_calls,
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    cp = report["control_plane"]
+    lines = [
+        f"control plane {cp['address']}: version {cp['version'] or '-'} (generation {cp['generation']}, "
+        f"since {cp['served_since'] or '-'})",
+        f"  config {cp['config']}",
+        "",
+        "nodes:",
+    ]
+    for n in report["nodes"]:
+        held = n["version"] or "?"
+        lines.append(
+            f"  {n['state'].upper():8} {n['kind']:7} {n['id']}  holds {held}  over {n['protocol']} "
+            f"from {n['peer']}  connected {n['connected_at']}"
+        )
+        if n["nack"]:
+            lines.append(f"           NACK {n['nack']['type']} {n['nack']['version']}: {n['nack']['message']}")
+        elif n["behind"]:
+            lines.append(f"           behind on {', '.join(n['behind'])}")
+    if not report["nodes"]:
+        lines.append("  (none connected)")
+    lines += ["", "listeners:"]
+    for listener in report["listeners"]:
+        lines.append(f"  {listener['name']}  {listener['address']}:{listener['port']}")
+        for api in listener["apis"]:
+            schema = f" ({api['schema']})" if api["schema"] else ""
+            lines.append(f"    {api['api']}{schema}")
+            for model, members in api["models"].items():
+                shown = ", ".join(
+                    f"{m['name']} {m['health']}"
+                    + (f" [{'/'.join(m['question_types'])}]" if m["question_types"] else "")
+                    + (f" open {m['open_calls']}" if m["open_calls"] else "")
+                    + (f" ({m['down']})" if m["down"] else "")
+                    for m in members
+                )
+                lines.append(f"      {model}: {shown or '(provider model)'}")
+        if listener["legacy_forms"]:
+            counts = ", ".join(f"{form} {n}" for form, n in sorted(listener["legacy_forms"].items()))
+            lines.append(f"    4.0-only forms seen: {counts}")
+    for s in report["sidecars"]:
+        if s["reachable"]:
+            lines.append(f"sidecar status {s['address']}: {s['workers']} worker(s), ready: {s['ready']}")
+    lines.append("")
+    for w in report["warnings"]:
+        lines.append(f"warning: {w}")
+    if report["in_step"]:
+        lines.append(f"in step: every node holds {cp['version']}")
+    else:
+        lines += [f"NOT IN STEP: {p}" for p in report["problems"]]
+    return "\n".join(lines)
+
+
+# What ``vllm-sr status --format json`` prints: the tests hold the output to this.
+REPORT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["control_plane", "in_step", "problems", "warnings", "nodes", "listeners", "sidecars"],
+    "properties": {
+        "control_plane": {
+            "type": "object",
+            "required": ["address", "version", "config", "generation", "served_since", "last_reload", "last_error"],
+            "properties": {"version": {"type": ["string", "null"]}, "config": {"type": ["string", "null"]}},
+        },
+        "in_step": {"type": "boolean"},
+        "problems": {"type": "array", "items": {"type": "string"}},
+        "warnings": {"type": "array", "items": {"type": "string"}},
+        "nodes": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["id", "kind", "protocol", "peer", "connected_at", "state", "version", "nack", "types"],
+                "properties": {
+                    "kind": {"enum": ["envoy", "sidecar"]},
+                    "protocol": {"enum": ["sotw", "delta"]},
+                    "state": {"enum": ["in_step", "behind", "refused"]},
+                    "version": {"type": ["string", "null"]},
+                    "nack": {
+                        "oneOf": [
+                            {"type": "null"},
+                            {
+                                "type": "object",
+                                "required": ["type", "version", "message", "at"],
+                                "properties": {"message": {"type": "string"}},
+                            },
+                        ]
+                    },
+                },
+            },
+        },
+        "listeners": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "address", "port", "apis", "legacy_forms"],
+                "properties": {
+                    "apis": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["api", "schema", "models"],
+                            "properties": {
+                                "models": {
+                                    "type": "object",
+                                    "additionalProperties": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "required": ["name", "health", "question_types", "open_calls"],
+                                            "properties": {"health": {"enum": ["up", "down", "unknown"]}},
+                                        },
+                                    },
+                                }
+                            },
+                        },
+                    },
+                    "legacy_forms": {"type": "object", "additionalProperties": {"type": "integer"}},
+                },
+            },
+        },
+        "sidecars": {"type": "array", "items": {"type": "object", "required": ["address", "reachable"]}},
+    },
+}
+
+__all__ = ["REPORT_SCHEMA", "gather", "judge_node", "render"]
