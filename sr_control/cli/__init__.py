@@ -11,6 +11,7 @@ from sr_base import log
 from sr_control import __version__
 from sr_control.cli import config as config_cmd
 from sr_control.cli import extproc as extproc_cmd
+from sr_control.cli import request as request_cmd
 from sr_control.cli import route as route_cmd
 from sr_control.cli import schemas as schemas_cmd
 from sr_control.cli import serve as serve_cmd
@@ -35,6 +36,7 @@ app.add_typer(extproc_cmd.app, name="extproc")
 app.command(name="serve")(serve_cmd.serve)
 app.command(name="route")(route_cmd.route)
 app.command(name="status")(status_cmd.status)
+app.command(name="request")(request_cmd.request)
 
 
 def _version(value: bool) -> None:

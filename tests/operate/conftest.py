@@ -1,4 +1,5 @@
-"""One tiny checkpoint and one runtime for every operator-command test (it takes seconds to load)."""
+"""One tiny checkpoint, one runtime and one stack in front of it for every operator-command test
+(each takes seconds to start); a test that edits the config leaves it as it found it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from sr_runtime.presets import create
 from tests.extproc.harness import Runtime
+from tests.operate.stack import Live, live_stack
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +20,9 @@ def member(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
         yield runtime.wait()
     finally:
         runtime.stop()
+
+
+@pytest.fixture(scope="session")
+def live(member: Runtime, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    with live_stack(tmp_path_factory.mktemp("stack"), member) as stack:
+        yield stack

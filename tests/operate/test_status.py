@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema
@@ -11,16 +10,9 @@ import pytest
 
 from sr_control.operate.status import REPORT_SCHEMA
 from tests.e2e.envoy_proc import wait_for
-from tests.extproc.harness import Runtime
-from tests.operate.stack import Live, live_stack, port_taken, second_listener
+from tests.operate.stack import Live, port_taken, second_listener
 
 pytestmark = [pytest.mark.envoy, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def live(member: Runtime, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    with live_stack(tmp_path_factory.mktemp("status"), member) as stack:
-        yield stack
 
 
 def _status(live: Live) -> tuple[int, dict]:  # type: ignore[type-arg]

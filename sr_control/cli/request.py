@@ -1,0 +1,72 @@
+"""``vllm-sr request``: send one request through a listener and show the answers."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+
+from sr_control.cli.config import Format, FormatOption
+from sr_control.cli.errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, fail
+from sr_control.operate.request import render, send, summarize
+
+
+def request(
+    file: Annotated[str, typer.Argument(help="The request body (JSON); - reads standard input.", metavar="FILE|-")],
+    listener: Annotated[
+        str, typer.Option("--listener", "-l", metavar="URL", help="The listener, e.g. http://127.0.0.1:8801.")
+    ],
+    path: Annotated[
+        str | None,
+        typer.Option(
+            help="The path to POST to. Default: /v1/systemone for a System One body, /v1/chat/completions otherwise.",
+            show_default=False,
+        ),
+    ] = None,
+    header: Annotated[
+        list[str] | None,
+        typer.Option("--header", "-H", metavar="NAME:VALUE", help="A header to send (repeat for several)."),
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the answer.", min=0.1)] = 60.0,
+    format: FormatOption = Format.text,
+) -> None:
+    """Send a System One (or LLM) request through a listener and show what came back.
+
+    Prints the answers, the member that answered, the config version the listener served it
+    under and the request id (to find it in the logs). --format json prints the body as it came.
+
+    Exit 0 on a 2xx answer, 1 on any other status, 2 when the file or the listener cannot be used.
+
+    \b
+    Example:
+      vllm-sr request --listener http://127.0.0.1:8801 examples/requests/seed-002-curl.json
+      echo '{"state": "hi", "questions": {"q": {"type": "noul", "instructions": "Greeting?"}}}' \\
+        | vllm-sr request -l http://127.0.0.1:8801 -
+    """
+    try:
+        body = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+    except OSError as exc:
+        raise fail(f"error: cannot read {file}: {exc.strerror}", EXIT_UNREADABLE) from None
+    try:
+        json.loads(body)
+    except ValueError as exc:
+        raise fail(f"error: {file} is not JSON: {exc}", EXIT_UNREADABLE) from None
+    headers = {}
+    for h in header or []:
+        name, sep, value = h.partition(":")
+        if not sep:
+            raise fail(f"error: --header {h!r}: give NAME:VALUE", EXIT_UNREADABLE)
+        headers[name.strip()] = value.strip()
+    try:
+        reply = send(listener, body, path=path, headers=headers, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise fail(f"error: the listener does not answer: {listener}: {exc}", EXIT_UNREADABLE) from None
+    if format is Format.json:
+        typer.echo(reply.body.decode("utf-8", "replace").rstrip("\n"))
+    else:
+        typer.echo(render(summarize(reply)))
+    raise typer.Exit(EXIT_OK if 200 <= reply.status < 300 else EXIT_INVALID)
