@@ -58,7 +58,9 @@ def send(
 
 def summarize(reply: Reply) -> dict[str, Any]:
     doc = reply.json()
-    meta = doc.get("metadata") if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict) else {}
+    meta: dict[str, Any] = {}
+    if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict):
+        meta = doc["metadata"]
     vsr = {k: v for k, v in reply.headers.items() if k.startswith("x-vsr-")} | {
         k: v for k, v in meta.items() if str(k).startswith("x-vsr-")
     }
