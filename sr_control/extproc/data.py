@@ -87,6 +87,7 @@ class Provider:
     api: str  # the registered API of its api_format
     base_path: str  # the endpoints' path: /v1, /openai/v1
     api_key_env: str | None = None
+    endpoints: tuple[str, ...] = ()  # for the calls the sidecar makes itself (a judge's escalation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +189,12 @@ def _read(p: Mapping[str, Any], version: str, received_at: float) -> ListenerDat
             )
         else:
             providers[name] = Provider(
-                name, str(d["cluster"]), api, str(d.get("path", "/")).rstrip("/"), d.get("api_key_env")
+                name,
+                str(d["cluster"]),
+                api,
+                str(d.get("path", "/")).rstrip("/"),
+                d.get("api_key_env"),
+                tuple(str(e) for e in d.get("endpoints", ())),
             )
     models: dict[str, tuple[str, ...]] = {}
     for name, target in (p.get("models") or {}).items():

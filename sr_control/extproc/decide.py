@@ -11,7 +11,12 @@
 
 The client's answer streams back untouched; its headers get ``x-vsr-decision`` (the route, or
 ``default``) and ``x-vsr-model``. No route and no default: the API's own error (400), never a
-5xx of the router's. Judges (escalation after the answer) are not on the live path yet.
+5xx of the router's.
+
+    judge     a route with a judge and a next model, on a non-streamed answer: the answer is
+              read (the route's API sends its body to the sidecar for that request only), the
+              judge's signals asked over it, and while the judge holds the sidecar asks the
+              next model itself (judge); a streamed answer passes through unread
 """
 
 from __future__ import annotations
@@ -19,22 +24,28 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
+from sr_control.decide.judge import escalate
 from sr_control.decide.request import (
+    EMPTY,
     DecideCall,
     NotAConversation,
+    Parts,
+    answer_text,
     build_calls,
     parts_of,
     read_answers,
 )
 from sr_control.decide.rewrite import response_headers, rewritten
 from sr_control.decide.rules import Answer as SignalAnswer
-from sr_control.decide.rules import VirtualModelPlan, decide, keyword_answers
+from sr_control.decide.rules import Decision, VirtualModelPlan, decide, keyword_answers
 from sr_control.extproc.auth import upstream_key
 from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.incoming import Incoming, Sidecar
-from sr_control.extproc.llm import llm_error, model_of, to_provider
+from sr_control.extproc.llm import ANTHROPIC, llm_error, model_of, to_provider
 from sr_control.extproc.metrics import upstream_result
 from sr_control.extproc.upstream import CallFailed
 from systemone import REGISTRY, Policy, ProtocolError, Target, WireReply
@@ -55,10 +66,26 @@ def virtual_model(incoming: Incoming, body: bytes) -> VirtualModelPlan | None:
     return plans.get(model)
 
 
+@dataclass(frozen=True)
+class Decided:
+    """What the answer phases need of a decided request: its headers, and for a judge the rest."""
+
+    plan: VirtualModelPlan
+    decision: Decision
+    parts: Parts
+    body: dict[str, Any]  # the client's body, parsed
+    headers: tuple[tuple[str, str], ...]  # x-vsr-decision, x-vsr-model
+
+    @property
+    def judged(self) -> bool:
+        """The route's judge reads the answer: a non-streamed answer from a route with a next model."""
+        return self.decision.judge is not None and len(self.decision.models) > 1 and self.body.get("stream") is not True
+
+
 async def decide_request(
     sidecar: Sidecar, incoming: Incoming, body: bytes, plan: VirtualModelPlan
-) -> tuple[Forward | Answer, tuple[tuple[str, str], ...]]:
-    """Where the request goes (or the API's error), and the headers its answer gets."""
+) -> tuple[Forward | Answer, Decided | None]:
+    """Where the request goes (or the API's error), and what its answer phases need."""
     api = incoming.api
     started = time.monotonic()
     try:
@@ -67,20 +94,11 @@ async def decide_request(
             raise NotAConversation("the request body is not a JSON object")
         parts = parts_of(api, doc)
     except (ValueError, NotAConversation) as exc:
-        return llm_error(api, 400, f"not a {api} request: {exc}", "invalid_request"), ()
-    answers: dict[str, SignalAnswer] = keyword_answers(plan, parts.text)
-    calls = build_calls(plan, parts)
-    asked = [c for c in calls if not c.empty]
-    got = await asyncio.gather(*(_ask(sidecar, incoming, c) for c in asked))
-    for call in calls:
-        result, failure = got[asked.index(call)] if call in asked else (None, "nothing to ask")
-        answers |= read_answers(call, result, failure)
+        return llm_error(api, 400, f"not a {api} request: {exc}", "invalid_request"), None
+    answers, asked = await _answers(sidecar, incoming, plan, parts, judge=False)
     decision = decide(plan, answers)
     metrics = sidecar.metrics
-    metrics.decide_calls.observe(len(asked))
-    for name, answer in answers.items():
-        for bucket in _buckets(answer):
-            metrics.decide_answers.labels(name, bucket).inc()
+    metrics.decide_calls.observe(asked)
     metrics.decide_seconds.labels(incoming.listener).observe(time.monotonic() - started)
     model = decision.model
     if model is None:
@@ -92,16 +110,99 @@ async def decide_request(
             f"no route of virtual model '{plan.name}' matches this request and it has no default ({routes})",
             "no_route",
             "model",
-        ), ()
+        ), None
     headers = response_headers(decision, model)
     metrics.decide_requests.labels(incoming.listener, headers[0][1], model).inc()
     provider = incoming.data.providers.get(model)
     if provider is None:  # the compiler carries every route target: a config that changed under us
-        return llm_error(api, 404, f"The model '{model}' has no provider on this listener", "model_not_found"), ()
+        return llm_error(api, 404, f"The model '{model}' has no provider on this listener", "model_not_found"), None
     rewrite = decision.rewrite
     new_body = json.dumps(rewritten(api, doc, model, rewrite), ensure_ascii=False).encode()
     sets = tuple(rewrite.headers.items()) if rewrite is not None else ()
-    return to_provider(incoming, provider, sets, new_body), headers
+    return to_provider(incoming, provider, sets, new_body), Decided(plan, decision, parts, doc, headers)
+
+
+async def judge(
+    sidecar: Sidecar, incoming: Incoming, decided: Decided, status: int, body: bytes
+) -> tuple[int, bytes, tuple[tuple[str, str], ...]]:
+    """The chosen model answered ``status``/``body``: the route's judge reads it and, while it
+    holds (and the judge's limits allow), the sidecar asks the route's next model itself. The
+    answer the client gets, and its x-vsr-* headers. A judge never fails the request: what goes
+    wrong keeps the answer in hand."""
+    api = incoming.api
+    plan, decision = decided.plan, decided.decision
+    headers = decided.headers
+    tried = 1
+    while status == 200 and _may_escalate(plan, decision, tried, incoming):
+        try:
+            text = answer_text(api, json.loads(body))
+        except (ValueError, AttributeError, TypeError):
+            break
+        answers, _ = await _answers(sidecar, incoming, plan, decided.parts.with_answer(text), judge=True)
+        step = escalate(plan, decision, answers, tried, (time.monotonic() - incoming.started) * 1000)
+        if step.to is None:
+            break
+        got = await _ask_llm(sidecar, incoming, decided, step.to)
+        tried += 1
+        if got is None:
+            break
+        status, body = got
+        headers = response_headers(decision, step.to)
+        sidecar.metrics.decide_requests.labels(incoming.listener, "escalated", step.to).inc()
+    return status, body, headers
+
+
+def _may_escalate(plan: VirtualModelPlan, decision: Decision, tried: int, incoming: Incoming) -> bool:
+    """escalate's limits, checked before its signals are asked: no call for an answer that stands
+    whatever the judge says."""
+    limits = plan.judges[decision.judge or ""]
+    elapsed_ms = (time.monotonic() - incoming.started) * 1000
+    return tried <= limits.max_escalations and tried < len(decision.models) and elapsed_ms < limits.deadline_ms
+
+
+async def _ask_llm(sidecar: Sidecar, incoming: Incoming, decided: Decided, model: str) -> tuple[int, bytes] | None:
+    """The request sent to ``model``'s provider by the sidecar itself (an escalation): its
+    answer, or None when it could not be had (the earlier answer stands)."""
+    provider = incoming.data.providers.get(model)
+    if provider is None or not provider.endpoints:
+        return None
+    rewrite = decided.decision.rewrite
+    body = json.dumps(rewritten(incoming.api, decided.body, model, rewrite), ensure_ascii=False).encode()
+    path = provider.base_path + incoming.path[len("/v1") :] if incoming.path.startswith("/v1") else incoming.path
+    origin = urlsplit(provider.endpoints[0])
+    headers = [("content-type", "application/json"), ("x-request-id", incoming.request_id)]
+    headers += list(rewrite.headers.items()) if rewrite is not None else []
+    # Envoy adds a provider's key to what it forwards; this call has it only if the sidecar's
+    # environment holds it too.
+    key = upstream_key(provider.api_key_env)
+    if key is not None:
+        headers.append(("x-api-key", key) if incoming.api == ANTHROPIC else ("authorization", f"Bearer {key}"))
+    judge = decided.plan.judges[decided.decision.judge or ""]
+    left_s = judge.deadline_ms / 1000 - (time.monotonic() - incoming.started)
+    try:
+        reply = await sidecar.http.request(
+            "POST", f"{origin.scheme}://{origin.netloc}{path}", body=body, headers=headers, timeout_s=max(0.001, left_s)
+        )
+    except CallFailed:
+        return None
+    return reply.status, reply.body
+
+
+async def _answers(
+    sidecar: Sidecar, incoming: Incoming, plan: VirtualModelPlan, parts: Parts, *, judge: bool
+) -> tuple[dict[str, SignalAnswer], int]:
+    """Every signal's answer (the judges' with ``judge``), and how many decision-model calls it took."""
+    answers: dict[str, SignalAnswer] = keyword_answers(plan, parts.text, judge=judge)
+    calls = build_calls(plan, parts, judge=judge)
+    asked = [c for c in calls if not c.empty]
+    got = await asyncio.gather(*(_ask(sidecar, incoming, c) for c in asked))
+    for call in calls:
+        result, failure = got[asked.index(call)] if call in asked else (None, EMPTY)
+        answers |= read_answers(call, result, failure)
+    for name, answer in answers.items():
+        for bucket in _buckets(answer):
+            sidecar.metrics.decide_answers.labels(name, bucket).inc()
+    return answers, len(asked)
 
 
 async def _ask(sidecar: Sidecar, incoming: Incoming, call: DecideCall) -> tuple[ItemResult | None, str | None]:
@@ -176,4 +277,4 @@ def _buckets(answer: SignalAnswer) -> list[str]:
     return [str(value)]
 
 
-__all__ = ["decide_request", "virtual_model"]
+__all__ = ["Decided", "decide_request", "judge", "virtual_model"]

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
@@ -36,7 +37,7 @@ from sr_control.extproc.answer import error_answer, whole_as_sent
 from sr_control.extproc.auth import TWO_KEYS, KeysUnavailable
 from sr_control.extproc.call import Call
 from sr_control.extproc.data import SYSTEMONE_API
-from sr_control.extproc.decide import decide_request, virtual_model
+from sr_control.extproc.decide import Decided, decide_request, judge, virtual_model
 from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.incoming import Incoming, Sidecar
 from sr_control.extproc.listing import listing
@@ -94,7 +95,7 @@ class Exchange:
         self.upstream_status = 0
         self.upstream_headers: dict[str, str] = {}
         self.status: int | None = None  # what the client got
-        self.decided: tuple[tuple[str, str], ...] = ()  # the Decide path's answer headers
+        self.decided: Decided | None = None  # an LLM request the Decide path routed
         self.done = False
 
     async def handle(self, message: pb.ProcessingRequest) -> pb.ProcessingResponse:
@@ -107,7 +108,7 @@ class Exchange:
             if kind == "response_headers":
                 return await self._response_headers(message.response_headers)
             if kind == "response_body":
-                return self._response_body(message.response_body.body)
+                return await self._response_body(message.response_body.body)
         except Exception as exc:  # noqa: BLE001 - the one boundary for what nothing else caught
             return self._immediate(self._internal_error(exc))
         # Trailers are never asked for (the routes SKIP them); answer in kind all the same.
@@ -180,9 +181,16 @@ class Exchange:
         headers = envoy.headers_of(message)
         status = int(headers.get(":status", "0") or 0)
         if self.call is None:
-            if self.decided:
-                return envoy.pass_response((*self.decided, *self._stamp()))
-            return envoy.CONTINUE_RESPONSE_HEADERS
+            decided = self.decided
+            if decided is None:
+                return envoy.CONTINUE_RESPONSE_HEADERS
+            if not decided.judged or message.end_of_stream:
+                return envoy.pass_response((*decided.headers, *self._stamp()))
+            # The route's judge reads this answer: its body comes to the sidecar, this request only.
+            self.upstream_status = status
+            out = pb.ProcessingResponse(response_headers=pb.HeadersResponse())
+            out.mode_override.response_body_mode = processing_mode_pb2.ProcessingMode.BUFFERED
+            return out
         self.upstream_status, self.upstream_headers = status, headers
         answer = await self.systemone.response_headers(self.call, status, headers, message.end_of_stream)
         self.call.member = None  # its call is over (and counted)
@@ -197,9 +205,16 @@ class Exchange:
             return envoy.pass_response(self._stamp(), (WHOLE_REPLY_HEADER,))
         return envoy.continue_response((WHOLE_REPLY_HEADER,))
 
-    def _response_body(self, body: bytes) -> pb.ProcessingResponse:
+    async def _response_body(self, body: bytes) -> pb.ProcessingResponse:
         if self.call is None:
-            return envoy.CONTINUE_RESPONSE_BODY
+            decided = self.decided
+            if decided is None or self.incoming is None:
+                return envoy.CONTINUE_RESPONSE_BODY
+            status, judged, headers = await judge(self.sidecar, self.incoming, decided, self.upstream_status, body)
+            self.done = True
+            return envoy.replace_response(
+                Answer(status, (*headers, *self._stamp()), judged), self.upstream_status, body
+            )
         answer = self.systemone.response_body(self.call, self.upstream_status, self.upstream_headers, body)
         self.status = answer.status
         self.done = True

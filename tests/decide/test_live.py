@@ -56,6 +56,10 @@ signals:
     instructions: Is this request urgent?
     timeout_ms: 1                       # no runtime answers within 1 ms: always unknown
     on_unknown: true
+  weak:
+    type: noul
+    instructions: Does the answer fail to address the request?
+    input: [request, answer]
 virtual_models:
   vllm-sr/router:
     default: small-llm
@@ -81,12 +85,22 @@ virtual_models:
   vllm-sr/strict:
     routes:
       - {{name: zebras, when: {{keyword: zebra}}, model: big-llm}}
+  vllm-sr/judged:
+    routes:
+      - {{name: checked, model: [small-llm, big-llm], judge: weak}}
+  vllm-sr/kept:
+    routes:
+      - {{name: kept, model: [small-llm, big-llm], judge: never}}
+judges:
+  weak: {{when: {{noul: weak, at_least: 0}}}}   # holds for any answer the tiny model gives
+  never: {{when: {{noul: weak, above: 1}}}}     # holds for none
 listeners:
   - name: public
     address: 127.0.0.1
     port: {port}
     apis:
-      chat_completions: {{models: [vllm-sr/router, vllm-sr/hurried, vllm-sr/strict, small-llm]}}
+      chat_completions:
+        models: [vllm-sr/router, vllm-sr/hurried, vllm-sr/strict, vllm-sr/judged, vllm-sr/kept, small-llm]
 """
 
 
@@ -148,8 +162,8 @@ class Live:
     small: ChatUpstream
     big: ChatUpstream
 
-    def chat(self, model: str, *turns: str) -> Reply:
-        body = json.dumps(chat_body(model, *turns)).encode()
+    def chat(self, model: str, *turns: str, **extra: Any) -> Reply:
+        body = json.dumps(chat_body(model, *turns) | extra).encode()
         return request(self.port, "POST", "/v1/chat/completions", body, {"content-type": "application/json"})
 
     def decision_calls(self) -> float:
@@ -217,7 +231,14 @@ def test_models_listing_names_the_virtual_models(live: Live) -> None:
     reply = request(live.port, "GET", "/v1/models", None, {})
     assert reply.status == 200
     ids = [m["id"] for m in reply.json()["data"]]
-    assert ids == ["vllm-sr/router", "vllm-sr/hurried", "vllm-sr/strict", "small-llm"]
+    assert ids == [
+        "vllm-sr/router",
+        "vllm-sr/hurried",
+        "vllm-sr/strict",
+        "vllm-sr/judged",
+        "vllm-sr/kept",
+        "small-llm",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -230,7 +251,7 @@ def test_models_listing_names_the_virtual_models(live: Live) -> None:
 def test_the_conversation_routes_to_an_llm_in_one_decision_call(
     live: Live, tmp_path: Path, turns: tuple[str, ...], upstream: str, decision: str
 ) -> None:
-    before = live.decision_calls()
+    before, counted = live.decision_calls(), live.sidecar.metrics()
     reply = live.chat("vllm-sr/router", *turns)
     # Four model signals, one decision model: one call.
     assert live.decision_calls() - before == 1
@@ -250,6 +271,11 @@ def test_the_conversation_routes_to_an_llm_in_one_decision_call(
     shown = route_cli(live, tmp_path, chat_body("vllm-sr/router", *turns))
     assert (shown["route"], shown["model"]) == (decision, upstream)
     metrics = live.sidecar.metrics()
+    for name in ("vsr_decide_model_calls_per_request_count", "vsr_decide_model_calls_per_request_sum"):
+        assert metric(metrics, name) - metric(counted, name) == 1  # one request, one call
+    assert metric(metrics, "vsr_decide_seconds_count", listener="public") > metric(
+        counted, "vsr_decide_seconds_count", listener="public"
+    )
     assert metric(metrics, "vsr_decide_requests_total", listener="public", decision=decision, model=upstream) >= 1
     assert metric(metrics, "vsr_decide_signal_answers_total", signal="outage") >= 1
 
@@ -280,3 +306,37 @@ def test_a_model_the_listener_serves_itself_goes_straight_to_it(live: Live) -> N
     assert reply.status == 200
     assert reply.json()["choices"][0]["message"]["content"] == "small-llm answers"
     assert "x-vsr-decision" not in reply.headers
+
+
+def test_a_judge_that_holds_escalates_the_answer_to_the_routes_next_model(live: Live, tmp_path: Path) -> None:
+    small, big, calls = len(live.small.received), len(live.big.received), live.decision_calls()
+    reply = live.chat("vllm-sr/judged", EVERYDAY)
+    assert reply.status == 200, reply.body
+    assert (reply.headers["x-vsr-decision"], reply.headers["x-vsr-model"]) == ("checked", "big-llm")
+    assert reply.json()["choices"][0]["message"]["content"] == "big-llm answers"
+    assert (len(live.small.received) - small, len(live.big.received) - big) == (1, 1)
+    assert live.big.received[-1][0]["model"] == "big-llm"
+    assert live.decision_calls() - calls == 1  # the judge's one call over the first answer
+    # vllm-sr route never calls the LLM: it shows the route and the models the judge may try.
+    shown = route_cli(live, tmp_path, chat_body("vllm-sr/judged", EVERYDAY))
+    assert (shown["route"], shown["models"], shown["judge"]) == ("checked", ["small-llm", "big-llm"], "weak")
+
+
+def test_a_judge_that_does_not_hold_keeps_the_answer(live: Live) -> None:
+    big, calls = len(live.big.received), live.decision_calls()
+    reply = live.chat("vllm-sr/kept", EVERYDAY)
+    assert reply.status == 200, reply.body
+    assert (reply.headers["x-vsr-decision"], reply.headers["x-vsr-model"]) == ("kept", "small-llm")
+    assert reply.json()["choices"][0]["message"]["content"] == "small-llm answers"
+    assert len(live.big.received) == big
+    assert live.decision_calls() - calls == 1
+
+
+def test_a_streamed_answer_passes_through_unjudged(live: Live) -> None:
+    big, calls = len(live.big.received), live.decision_calls()
+    reply = live.chat("vllm-sr/judged", EVERYDAY, stream=True)
+    assert reply.status == 200, reply.body
+    assert (reply.headers["x-vsr-decision"], reply.headers["x-vsr-model"]) == ("checked", "small-llm")
+    assert reply.json()["choices"][0]["message"]["content"] == "small-llm answers"
+    assert len(live.big.received) == big
+    assert live.decision_calls() == calls  # no judge call
