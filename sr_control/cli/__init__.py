@@ -11,6 +11,7 @@ from sr_base import log
 from sr_control import __version__
 from sr_control.cli import config as config_cmd
 from sr_control.cli import extproc as extproc_cmd
+from sr_control.cli import plan as plan_cmd
 from sr_control.cli import request as request_cmd
 from sr_control.cli import route as route_cmd
 from sr_control.cli import schemas as schemas_cmd
@@ -28,6 +29,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+# The verbs on a live config sit with the other config verbs.
+config_cmd.app.command("plan")(plan_cmd.plan)
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(schemas_cmd.app, name="schemas")
 app.add_typer(systemone_cmd.app, name="systemone")
