@@ -31,6 +31,9 @@ app = typer.Typer(
 )
 # The verbs on a live config sit with the other config verbs.
 config_cmd.app.command("plan")(plan_cmd.plan)
+config_cmd.app.command("apply")(plan_cmd.apply)
+config_cmd.app.command("versions")(plan_cmd.versions)
+config_cmd.app.command("rollback")(plan_cmd.rollback)
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(schemas_cmd.app, name="schemas")
 app.add_typer(systemone_cmd.app, name="systemone")

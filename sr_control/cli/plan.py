@@ -12,6 +12,7 @@ from sr_control.cli.config import Format, FormatOption
 from sr_control.cli.errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, fail
 from sr_control.config import load as loader
 from sr_control.config.errors import ConfigUnreadable
+from sr_control.operate import apply as applying
 from sr_control.operate import plan as planning
 from sr_control.operate.live import SIDECAR_STATUS, XDS_STATUS, Unreachable, get, get_json, get_text, legacy_forms
 
@@ -109,3 +110,218 @@ def plan(
 
 def _print(result: dict[str, Any], render: Any, format: Format) -> None:
     typer.echo(json.dumps(result, indent=2) if format is Format.json else render(result))
+
+
+XdsOption = Annotated[
+    str, typer.Option("--xds", metavar="HOST:PORT", help="The control plane's status port (vllm-sr xds serve).")
+]
+TimeoutOption = Annotated[
+    float, typer.Option(help="Seconds to wait for the control plane to serve it and every node to ACK.", min=1)
+]
+
+
+def _node_line(node: dict[str, Any]) -> str:
+    return f"  ACK  {node['kind']:7} {node['id']} ({node['protocol']}, {node['peer']}) holds {node['version']}"
+
+
+def _live_status(xds: str) -> dict[str, Any]:
+    try:
+        status: dict[str, Any] = get_json(xds, "/status")
+    except Unreachable as exc:
+        raise fail(f"error: the control plane does not answer: {exc}", EXIT_UNREADABLE) from None
+    if not status.get("config"):
+        raise fail(f"error: {xds} names no config file", EXIT_UNREADABLE)
+    return status
+
+
+def _refused_message(outcome: Any) -> str:
+    node, nack = outcome.refused_by, outcome.refused_by["nack"]
+    return f"{node['id']} refused {nack['type']} of version {outcome.version}: {nack['message']}"
+
+
+def apply(
+    file: Annotated[Path, typer.Argument(help="The config to put live.", show_default=False)],
+    expect: Annotated[
+        str | None,
+        typer.Option(
+            metavar="VERSION",
+            help="Refuse unless this is the live version (compare-and-swap: another edit may have got there first).",
+            show_default=False,
+        ),
+    ] = None,
+    xds: XdsOption = XDS_STATUS,
+    timeout: TimeoutOption = 60.0,
+) -> None:
+    """Put FILE live as one transaction, and roll it back if an Envoy refuses it.
+
+    Validates FILE; checks the live version against --expect (and that nobody saved an edit
+    that is not live yet); replaces the control plane's watched file atomically (rename); then
+    prints each node as it ACKs. When an Envoy NACKs the new version, the previous text is put
+    back at once, every node returns to the previous version, and the command exits 1 naming
+    the node and Envoy's error. The control plane must share this host's file system.
+
+    Exit 0 when every node holds the new version; 1 when FILE is invalid, --expect is stale,
+    an Envoy refused it (rolled back) or a node did not ACK in time; 2 when a file or the
+    control plane cannot be read.
+
+    \b
+    Example:
+      vllm-sr config apply router.yaml --expect "$(vllm-sr config versions --live)"
+    """
+    try:
+        text = loader.read_text(file)
+        planning.load(text, str(file))
+    except ConfigUnreadable as exc:
+        raise fail(str(exc), EXIT_UNREADABLE) from None
+    except planning.Invalid as exc:
+        _problems(exc)
+        raise fail(f"{file}: invalid; nothing was written", EXIT_INVALID) from None
+    before = _live_status(xds)
+    target = Path(before["config"])
+    with applying.edit_lock(target):
+        before = _live_status(xds)  # read again under the lock: another apply may just have finished
+        live = before.get("version")
+        if expect is not None and expect != live:
+            raise fail(
+                f"refused: the live version is {live}, not {expect}: another edit got there first; "
+                "plan against the live version and apply again",
+                EXIT_INVALID,
+            )
+        if live and applying.pending_edit(xds, live, target):
+            raise fail(
+                f"refused: {target} holds an edit that is not live (invalid, or not read yet); "
+                "`vllm-sr status` shows why",
+                EXIT_INVALID,
+            )
+        previous = applying.write_live(target, text)
+        typer.echo(f"wrote {target}; live was {live}")
+        outcome = applying.follow(xds, before, timeout=timeout, on_node=lambda n: typer.echo(_node_line(n)))
+        if outcome.result == "ok":
+            typer.echo(f"live: {outcome.version} on {len(outcome.nodes)} node(s)")
+            raise typer.Exit(EXIT_OK)
+        if outcome.result == "invalid":
+            for p in outcome.problems:
+                typer.echo(f"{p.get('file')}:{p.get('line')}:{p.get('column')}: {p.get('message')}", err=True)
+            raise fail("the control plane refused the config; the previous version keeps serving", EXIT_INVALID)
+        if outcome.result == "timeout":
+            raise fail(
+                f"not every node ACKed {outcome.version} within {timeout:.0f} s: {', '.join(outcome.behind)} "
+                "(not rolled back; `vllm-sr status` shows where they stand)",
+                EXIT_INVALID,
+            )
+        typer.echo(f"NACK {_refused_message(outcome)}", err=True)
+        if previous is None:
+            raise fail("there was no previous config to put back", EXIT_INVALID)
+        mid = _live_status(xds)
+        applying.write_live(target, previous)
+        back = applying.follow(xds, mid, timeout=timeout, on_node=lambda n: typer.echo(_node_line(n)))
+        if back.result == "ok":
+            raise fail(f"rolled back: {back.version} is live again on {len(back.nodes)} node(s)", EXIT_INVALID)
+        raise fail(f"rolling back did not complete ({back.result}); `vllm-sr status` shows where nodes stand")
+
+
+def versions(
+    xds: XdsOption = XDS_STATUS,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR",
+            help="Read the versions kept under DIR (the control plane's --state-dir) instead of asking it.",
+            show_default=False,
+        ),
+    ] = None,
+    live_only: Annotated[bool, typer.Option("--live", help="Print only the live version.")] = False,
+    format: FormatOption = Format.text,
+) -> None:
+    """List the versions the control plane served, newest first, with their time.
+
+    The control plane keeps the last --keep (default 20) versions and their source text under
+    its state directory, so the list outlives a restart. `vllm-sr config rollback VERSION`
+    puts one back.
+
+    Exit 0; 2 when the control plane (or DIR) cannot be read.
+
+    \b
+    Example:
+      vllm-sr config versions
+      vllm-sr config versions --state-dir .vllm-sr --format json
+    """
+    if state_dir is not None:
+        from sr_control.xds.versions import VersionStore
+
+        entries = VersionStore(state_dir / "versions").entries()
+        doc: dict[str, Any] = {"live": entries[0]["version"] if entries else None, "versions": entries}
+    else:
+        try:
+            doc = get_json(xds, "/versions")
+        except Unreachable as exc:
+            raise fail(f"error: the control plane does not answer: {exc}", EXIT_UNREADABLE) from None
+    if live_only:
+        typer.echo(doc.get("live") or "")
+    elif format is Format.json:
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        for e in doc["versions"]:
+            mark = "*" if e["version"] == doc.get("live") else " "
+            typer.echo(f"{mark} {e['version']}  {e['at']}  generation {e.get('generation', '?')}  {e['bytes']} bytes")
+    raise typer.Exit(EXIT_OK)
+
+
+def rollback(
+    version: Annotated[str, typer.Argument(help="A version `vllm-sr config versions` lists.", show_default=False)],
+    xds: XdsOption = XDS_STATUS,
+    configmap: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="The config is a Kubernetes ConfigMap's: print the kubectl command that puts the version back.",
+            show_default=False,
+        ),
+    ] = None,
+    namespace: Annotated[str, typer.Option(help="The ConfigMap's namespace.")] = "default",
+    timeout: TimeoutOption = 60.0,
+) -> None:
+    """Put an earlier version's source back live.
+
+    Writes the version's source text over the control plane's watched file atomically
+    (rename), so it goes live by the usual path and shows up on top of `config versions`;
+    then prints each node as it ACKs. For a config mounted from a ConfigMap, the text is saved
+    to a file and the kubectl command that applies it is printed instead.
+
+    Exit 0 when every node holds the version; 1 when a node refused it or did not ACK in time;
+    2 when the version is not kept or the control plane cannot be read.
+
+    \b
+    Example:
+      vllm-sr config versions
+      vllm-sr config rollback 1e45d0df984883c4
+    """
+    before = _live_status(xds)
+    status, body = get(xds, f"/versions/{version}")
+    if status != 200:
+        raise fail(f"error: version {version} is not kept (`vllm-sr config versions` lists them)", EXIT_UNREADABLE)
+    text = body.decode("utf-8")
+    target = Path(before["config"])
+    if configmap is not None or (target.parent / "..data").is_symlink():
+        saved = Path(f"vllm-sr-{version}.yaml").resolve()
+        saved.write_text(text, encoding="utf-8")
+        name = configmap or "<configmap>"
+        typer.echo(f"the config is mounted from a ConfigMap; saved version {version} to {saved}. Apply it with:")
+        typer.echo(
+            f"  kubectl -n {namespace} create configmap {name} --from-file={target.name}={saved} "
+            "--dry-run=client -o yaml | kubectl apply -f -"
+        )
+        raise typer.Exit(EXIT_OK)
+    with applying.edit_lock(target):
+        before = _live_status(xds)
+        applying.write_live(target, text)
+        typer.echo(f"wrote version {version} to {target}; live was {before.get('version')}")
+        outcome = applying.follow(xds, before, timeout=timeout, on_node=lambda n: typer.echo(_node_line(n)))
+    if outcome.result == "ok":
+        typer.echo(f"live: {outcome.version} on {len(outcome.nodes)} node(s)")
+        raise typer.Exit(EXIT_OK)
+    if outcome.result == "refused":
+        raise fail(f"NACK {_refused_message(outcome)}", EXIT_INVALID)
+    if outcome.result == "invalid":
+        raise fail("the control plane refused the version's text; the previous version keeps serving", EXIT_INVALID)
+    raise fail(f"not every node ACKed within {timeout:.0f} s: {', '.join(outcome.behind)}", EXIT_INVALID)
