@@ -24,10 +24,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from sr_control.config.model import Signal
+from sr_control.decide.cards import lacks
 from sr_control.decide.judge import escalate
 from sr_control.decide.request import (
     EMPTY,
@@ -46,6 +49,7 @@ from sr_control.extproc.auth import upstream_key
 from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.incoming import Incoming, Sidecar
 from sr_control.extproc.llm import ANTHROPIC, llm_error, model_of, to_provider
+from sr_control.extproc.members import RETRIABLE
 from sr_control.extproc.metrics import upstream_result
 from sr_control.extproc.upstream import CallFailed
 from systemone import REGISTRY, Policy, ProtocolError, Target, WireReply
@@ -195,7 +199,8 @@ async def _answers(
     answers: dict[str, SignalAnswer] = keyword_answers(plan, parts.text, judge=judge)
     calls = build_calls(plan, parts, judge=judge)
     asked = [c for c in calls if not c.empty]
-    got = await asyncio.gather(*(_ask(sidecar, incoming, c) for c in asked))
+    signals = plan.judge_signals if judge else plan.signals
+    got = await asyncio.gather(*(_ask(sidecar, incoming, c, signals) for c in asked))
     for call in calls:
         result, failure = got[asked.index(call)] if call in asked else (None, EMPTY)
         answers |= read_answers(call, result, failure)
@@ -205,9 +210,13 @@ async def _answers(
     return answers, len(asked)
 
 
-async def _ask(sidecar: Sidecar, incoming: Incoming, call: DecideCall) -> tuple[ItemResult | None, str | None]:
+async def _ask(
+    sidecar: Sidecar, incoming: Incoming, call: DecideCall, signals: Mapping[str, Signal]
+) -> tuple[ItemResult | None, str | None]:
     """``call`` sent to the members of its decision model in turn, until one answers: the answer,
-    or why there is none. A timeout ends the call (its deadline is spent)."""
+    or why there is none. A member whose card says it cannot answer one of the call's signals
+    is passed over (the call goes to one member whole); a member answering a retriable status
+    gives way to the next; a timeout ends the call (its deadline is spent)."""
     data = incoming.data
     members = [data.members[m] for m in data.models.get(call.model, ()) if m in data.members]
     if not members:
@@ -215,6 +224,14 @@ async def _ask(sidecar: Sidecar, incoming: Incoming, call: DecideCall) -> tuple[
     failure = "not called"
     deadline = time.monotonic() + call.deadline_ms / 1000
     for member in members:
+        state = sidecar.cards.current(member)
+        card = state.card if state is not None else None
+        lacking = [
+            f"{name} needs {', '.join(w)}" for name in call.signals if card and (w := lacks(signals[name], card))
+        ]
+        if lacking:
+            failure = f"{member.name} cannot answer: {'; '.join(lacking)}"
+            continue
         left_s = deadline - time.monotonic()
         if left_s <= 0:
             return None, f"no answer within {call.deadline_ms} ms"
@@ -239,6 +256,8 @@ async def _ask(sidecar: Sidecar, incoming: Incoming, call: DecideCall) -> tuple[
                         timeout_s=max(0.001, deadline - time.monotonic()),
                     )
                     sidecar.metrics.upstream.labels(member.name, upstream_result(reply.status)).inc()
+                    if reply.status in RETRIABLE:
+                        raise _GiveWay(f"{member.name} answered {reply.status}")
                     results |= codec.decode_reply(
                         wire_plan, wire, WireReply(reply.status, reply.body, tuple(reply.headers))
                     )
@@ -253,11 +272,18 @@ async def _ask(sidecar: Sidecar, incoming: Incoming, call: DecideCall) -> tuple[
         except ProtocolError as exc:
             failure = f"{member.name}: {exc.info.message}"
             continue
+        except _GiveWay as exc:
+            failure = str(exc)
+            continue
         except Exception as exc:  # noqa: BLE001 - a reply of the wrong shape: its signals are unknown
             failure = f"{member.name}: unreadable reply: {type(exc).__name__}: {exc}"
             continue
         return result, None
     return None, failure
+
+
+class _GiveWay(Exception):
+    """A member answered a status after which another may answer (overloaded, unavailable)."""
 
 
 def _buckets(answer: SignalAnswer) -> list[str]:

@@ -60,7 +60,7 @@ signals:
     type: noul
     instructions: Does the answer fail to address the request?
     input: [request, answer]
-virtual_models:
+{private_signal}virtual_models:
   vllm-sr/router:
     default: small-llm
     routes:
@@ -91,7 +91,7 @@ virtual_models:
   vllm-sr/kept:
     routes:
       - {{name: kept, model: [small-llm, big-llm], judge: never}}
-judges:
+{private_model}judges:
   weak: {{when: {{noul: weak, at_least: 0}}}}   # holds for any answer the tiny model gives
   never: {{when: {{noul: weak, above: 1}}}}     # holds for none
 listeners:
@@ -100,8 +100,23 @@ listeners:
     port: {port}
     apis:
       chat_completions:
-        models: [vllm-sr/router, vllm-sr/hurried, vllm-sr/strict, vllm-sr/judged, vllm-sr/kept, small-llm]
+        models: [vllm-sr/router, vllm-sr/hurried, vllm-sr/strict, vllm-sr/judged, vllm-sr/kept,
+                 {private_listed}small-llm]
 """
+
+# A signal tiny's card cannot answer (a span preset it does not list). The control plane takes
+# it (a card is the runtime's, read live); the sidecar asks no member for it, so it is unknown;
+# ``vllm-sr route`` reads the card first and refuses the file, one line. The config route is
+# shown goes without it.
+PRIVATE = {
+    "private_signal": "  pii: {preset: pii, on_unknown: true}\n",
+    "private_model": (
+        "  vllm-sr/private:\n    default: small-llm\n    routes:\n"
+        "      - {name: private, when: {span: pii}, model: big-llm}\n"
+    ),
+    "private_listed": "vllm-sr/private, ",
+}
+NO_PRIVATE = dict.fromkeys(PRIVATE, "")
 
 
 class ChatUpstream:
@@ -186,7 +201,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     runtime = Runtime(checkpoint, directory / "runtime.log").start()
     small, big = ChatUpstream("small-llm"), ChatUpstream("big-llm")
     port, sidecar_port = free_port(), free_port()
-    text = CONFIG.format(small=small.url, big=big.url, runtime=runtime.url, port=port)
+    urls = {"small": small.url, "big": big.url, "runtime": runtime.url, "port": port}
+    text = CONFIG.format(**urls, **PRIVATE)
+    (directory / "route.yaml").write_text(CONFIG.format(**urls, **NO_PRIVATE))
     parts: list[Any] = []
     try:
         runtime.wait()
@@ -218,7 +235,8 @@ def route_cli(live: Live, tmp_path: Path, body: dict[str, Any]) -> dict[str, Any
     """What ``vllm-sr route`` decides for the same request and config."""
     path = tmp_path / "request.json"
     path.write_text(json.dumps(body))
-    result = run_cli("route", str(path), "--config", str(live.config), "--format", "json")
+    config = live.config.with_name("route.yaml")
+    result = run_cli("route", str(path), "--config", str(config), "--format", "json")
     assert result.stderr == ""
     return dict(json.loads(result.stdout)["decision"])
 
@@ -237,6 +255,7 @@ def test_models_listing_names_the_virtual_models(live: Live) -> None:
         "vllm-sr/strict",
         "vllm-sr/judged",
         "vllm-sr/kept",
+        "vllm-sr/private",
         "small-llm",
     ]
 
@@ -340,3 +359,21 @@ def test_a_streamed_answer_passes_through_unjudged(live: Live) -> None:
     assert reply.json()["choices"][0]["message"]["content"] == "small-llm answers"
     assert len(live.big.received) == big
     assert live.decision_calls() == calls  # no judge call
+
+
+def test_a_member_whose_card_lacks_the_signal_is_not_asked_and_on_unknown_decides(live: Live, tmp_path: Path) -> None:
+    calls = live.decision_calls()
+    reply = live.chat("vllm-sr/private", EVERYDAY)
+    assert reply.status == 200, reply.body
+    # pii is unknown (no member's card lists the preset); on_unknown true: the route fires.
+    assert (reply.headers["x-vsr-decision"], reply.headers["x-vsr-model"]) == ("private", "big-llm")
+    assert live.decision_calls() == calls
+    assert metric(live.sidecar.metrics(), "vsr_decide_signal_answers_total", signal="pii", answer="unknown") >= 1
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(chat_body("vllm-sr/private", EVERYDAY)))
+    result = run_cli("route", str(path), "--config", str(live.config))
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"{live.config}: error: signals.pii: signal 'pii' cannot be asked of 'vllm-sr/auto': deployment 'tiny' "
+        "lacks span questions and the pii preset (a span preset is answered only by a model that lists it)\n"
+    )
