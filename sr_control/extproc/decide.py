@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from sr_base.log import get_logger
 from sr_control.config.model import Signal
 from sr_control.decide.cards import lacks
 from sr_control.decide.judge import escalate
@@ -56,6 +57,7 @@ from systemone import REGISTRY, Policy, ProtocolError, Target, WireReply
 from systemone.ir import ItemResult
 
 NO_DECISION = "none"
+_log = get_logger("vllm_sr.extproc.decide")
 
 
 def virtual_model(incoming: Incoming, body: bytes) -> VirtualModelPlan | None:
@@ -107,6 +109,13 @@ async def decide_request(
     model = decision.model
     if model is None:
         metrics.decide_requests.labels(incoming.listener, NO_DECISION, "").inc()
+        _log.info(
+            "no route",
+            listener=incoming.listener,
+            request_id=incoming.request_id,
+            virtual_model=plan.name,
+            signals={name: _shown(a) for name, a in answers.items()},
+        )
         routes = ", ".join(f"{t.route}: {t.outcome}" for t in decision.trace)
         return llm_error(
             api,
@@ -117,6 +126,17 @@ async def decide_request(
         ), None
     headers = response_headers(decision, model)
     metrics.decide_requests.labels(incoming.listener, headers[0][1], model).inc()
+    # The sidecar's record of the decision, joined to Envoy's access log line by request id.
+    _log.info(
+        "decided",
+        listener=incoming.listener,
+        request_id=incoming.request_id,
+        virtual_model=plan.name,
+        route=headers[0][1],
+        model=model,
+        signals={name: _shown(a) for name, a in answers.items()},
+        calls=asked,
+    )
     provider = incoming.data.providers.get(model)
     if provider is None:  # the compiler carries every route target: a config that changed under us
         return llm_error(api, 404, f"The model '{model}' has no provider on this listener", "model_not_found"), None
@@ -195,33 +215,36 @@ async def _ask_llm(sidecar: Sidecar, incoming: Incoming, decided: Decided, model
 async def _answers(
     sidecar: Sidecar, incoming: Incoming, plan: VirtualModelPlan, parts: Parts, *, judge: bool
 ) -> tuple[dict[str, SignalAnswer], int]:
-    """Every signal's answer (the judges' with ``judge``), and how many decision-model calls it took."""
+    """Every signal's answer (the judges' with ``judge``), and how many decision-model calls it
+    took (HTTP calls: a member passed over for its card is not called)."""
     answers: dict[str, SignalAnswer] = keyword_answers(plan, parts.text, judge=judge)
     calls = build_calls(plan, parts, judge=judge)
     asked = [c for c in calls if not c.empty]
     signals = plan.judge_signals if judge else plan.signals
     got = await asyncio.gather(*(_ask(sidecar, incoming, c, signals) for c in asked))
     for call in calls:
-        result, failure = got[asked.index(call)] if call in asked else (None, EMPTY)
+        result, failure, _ = got[asked.index(call)] if call in asked else (None, EMPTY, 0)
         answers |= read_answers(call, result, failure)
     for name, answer in answers.items():
         for bucket in _buckets(answer):
             sidecar.metrics.decide_answers.labels(name, bucket).inc()
-    return answers, len(asked)
+    return answers, sum(posted for _, _, posted in got)
 
 
 async def _ask(
     sidecar: Sidecar, incoming: Incoming, call: DecideCall, signals: Mapping[str, Signal]
-) -> tuple[ItemResult | None, str | None]:
+) -> tuple[ItemResult | None, str | None, int]:
     """``call`` sent to the members of its decision model in turn, until one answers: the answer,
     or why there is none. A member whose card says it cannot answer one of the call's signals
     is passed over (the call goes to one member whole); a member answering a retriable status
-    gives way to the next; a timeout ends the call (its deadline is spent)."""
+    gives way to the next; a timeout ends the call (its deadline is spent). The third value:
+    the HTTP calls made."""
     data = incoming.data
     members = [data.members[m] for m in data.models.get(call.model, ()) if m in data.members]
     if not members:
-        return None, f"no member serves decision model {call.model!r} on this listener"
+        return None, f"no member serves decision model {call.model!r} on this listener", 0
     failure = "not called"
+    posted = 0
     deadline = time.monotonic() + call.deadline_ms / 1000
     for member in members:
         state = sidecar.cards.current(member)
@@ -234,7 +257,7 @@ async def _ask(
             continue
         left_s = deadline - time.monotonic()
         if left_s <= 0:
-            return None, f"no answer within {call.deadline_ms} ms"
+            return None, f"no answer within {call.deadline_ms} ms", posted
         codec = REGISTRY.client(member.schema)
         target = Target(member.schema, member.model, member.deviations, member.max_concurrency, member.systemone_path)
         try:
@@ -248,6 +271,7 @@ async def _ask(
         try:
             with sidecar.pool.calling(member):
                 for wire in wire_plan.calls:
+                    posted += 1
                     reply = await sidecar.http.request(
                         "POST",
                         member.origin + wire.path,
@@ -265,7 +289,7 @@ async def _ask(
         except CallFailed as exc:
             sidecar.metrics.upstream.labels(member.name, exc.kind).inc()
             if exc.kind == "timeout":
-                return None, f"{member.name}: no answer within {call.deadline_ms} ms"
+                return None, f"{member.name}: no answer within {call.deadline_ms} ms", posted
             sidecar.cards.failed(member, str(exc))
             failure = f"{member.name}: {exc}"
             continue
@@ -278,8 +302,15 @@ async def _ask(
         except Exception as exc:  # noqa: BLE001 - a reply of the wrong shape: its signals are unknown
             failure = f"{member.name}: unreadable reply: {type(exc).__name__}: {exc}"
             continue
-        return result, None
-    return None, failure
+        return result, None, posted
+    return None, failure, posted
+
+
+def _shown(answer: SignalAnswer) -> Any:
+    """An answer as the log shows it: its value, or ``unknown: why``."""
+    if answer.unknown is not None:
+        return f"unknown: {answer.unknown}"
+    return sorted(answer.value) if isinstance(answer.value, frozenset) else answer.value
 
 
 class _GiveWay(Exception):

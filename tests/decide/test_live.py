@@ -231,6 +231,13 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         big.stop()
 
 
+def decided_line(live: Live, request_id: str) -> dict[str, Any] | None:
+    for line in live.sidecar.log.read_text().splitlines():
+        if request_id in line and '"decided"' in line:
+            return dict(json.loads(line))
+    return None
+
+
 def route_cli(live: Live, tmp_path: Path, body: dict[str, Any]) -> dict[str, Any]:
     """What ``vllm-sr route`` decides for the same request and config."""
     path = tmp_path / "request.json"
@@ -289,6 +296,13 @@ def test_the_conversation_routes_to_an_llm_in_one_decision_call(
         assert "x-team" not in headers
     shown = route_cli(live, tmp_path, chat_body("vllm-sr/router", *turns))
     assert (shown["route"], shown["model"]) == (decision, upstream)
+    # The sidecar's log has the decision and every answer, under the request's id.
+    logged = wait_for(
+        lambda: decided_line(live, reply.headers["x-typesafe-request-id"]), timeout=10, what="the decision logged"
+    )
+    assert (logged["route"], logged["model"], logged["calls"]) == (decision, upstream, 1)
+    assert logged["signals"]["outage"] is (decision == "outages")
+    assert set(logged["signals"]) == {"outage", "urgent", "team", "urgency", "polite"}
     metrics = live.sidecar.metrics()
     for name in ("vsr_decide_model_calls_per_request_count", "vsr_decide_model_calls_per_request_sum"):
         assert metric(metrics, name) - metric(counted, name) == 1  # one request, one call
@@ -369,6 +383,11 @@ def test_a_member_whose_card_lacks_the_signal_is_not_asked_and_on_unknown_decide
     assert (reply.headers["x-vsr-decision"], reply.headers["x-vsr-model"]) == ("private", "big-llm")
     assert live.decision_calls() == calls
     assert metric(live.sidecar.metrics(), "vsr_decide_signal_answers_total", signal="pii", answer="unknown") >= 1
+    logged = wait_for(
+        lambda: decided_line(live, reply.headers["x-typesafe-request-id"]), timeout=10, what="the decision logged"
+    )
+    assert logged["calls"] == 0
+    assert logged["signals"]["pii"].startswith("unknown: tiny cannot answer: pii needs span questions")
     path = tmp_path / "request.json"
     path.write_text(json.dumps(chat_body("vllm-sr/private", EVERYDAY)))
     result = run_cli("route", str(path), "--config", str(live.config))
