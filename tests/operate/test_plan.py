@@ -84,3 +84,30 @@ def test_plan_exits_3_on_a_listener_removal_and_1_on_an_invalid_file(live: Live,
     bad = run_cli("config", "plan", str(new), "--against", str(old))
     assert bad.returncode == 1
     assert f"{new}:11:" in bad.stderr and "listeners[0].apis.systemone.max_deadline_ms" in bad.stderr
+
+
+def test_a_switch_to_5_0_is_risky_while_the_sidecars_count_4_0_only_forms(live: Live, tmp_path: Path) -> None:
+    old = live.text(schema="vllm-sr/4.0")
+    live.write(old)
+    live.wait_synced(old)
+    legacy = tmp_path / "legacy.json"
+    legacy.write_text(
+        json.dumps(
+            {"model": "tiny", "state": "A or B?", "questions": {"pick": {"type": "choice", "choices": ["a", "b"]}}}
+        )
+    )
+    sent = run_cli("request", "-l", f"http://127.0.0.1:{live.ports['public']}", str(legacy))
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    # `status` shows the 4.0-only form the listener has seen (the sidecar's counter) ...
+    status = json.loads(run_cli("status", *live.where(), "--format", "json").stdout)
+    (public,) = status["listeners"]
+    assert public["apis"][0]["schema"] == "vllm-sr/4.0" and public["legacy_forms"]["choices"] >= 1
+    # ... and a plan that switches the listener to 5.0 says how many requests would be refused.
+    new = tmp_path / "five.yaml"
+    new.write_text(live.text())
+    code, result = _plan(str(new), "--against", live.plane.status_address, *live.where()[2:])
+    assert code == 3
+    (warning,) = result["warnings"]
+    assert warning.startswith("listener public: schema 4.0 -> 5.0 while ") and "4.0-only forms" in warning
+    live.write(live.text())
+    live.wait_synced(live.text())
