@@ -33,6 +33,7 @@ providers:
   models:
     - {{name: small-llm, api_format: chat_completions, endpoints: ["{small}/v1"]}}
     - {{name: big-llm, api_format: chat_completions, endpoints: ["{big}/v1"]}}
+    - {{name: claude-like, api_format: messages, endpoints: ["{big}/v1"]}}
 deployments:
   tiny: {{provider: systemone, endpoint: "{runtime}/v1/systemone", model: tiny, schema: vllm-sr/5.0}}
 pools:
@@ -91,6 +92,9 @@ signals:
   vllm-sr/kept:
     routes:
       - {{name: kept, model: [small-llm, big-llm], judge: never}}
+  vllm-sr/claude:
+    routes:
+      - {{name: outages, when: {{keyword: outage}}, model: claude-like}}
 {private_model}judges:
   weak: {{when: {{noul: weak, at_least: 0}}}}   # holds for any answer the tiny model gives
   never: {{when: {{noul: weak, above: 1}}}}     # holds for none
@@ -102,6 +106,7 @@ listeners:
       chat_completions:
         models: [vllm-sr/router, vllm-sr/hurried, vllm-sr/strict, vllm-sr/judged, vllm-sr/kept,
                  {private_listed}small-llm]
+      messages: {{models: [vllm-sr/claude]}}
 """
 
 # A signal tiny's card cannot answer (a span preset it does not list). The control plane takes
@@ -264,6 +269,7 @@ def test_models_listing_names_the_virtual_models(live: Live) -> None:
         "vllm-sr/kept",
         "vllm-sr/private",
         "small-llm",
+        "vllm-sr/claude",
     ]
 
 
@@ -396,3 +402,22 @@ def test_a_member_whose_card_lacks_the_signal_is_not_asked_and_on_unknown_decide
         f"{live.config}: error: signals.pii: signal 'pii' cannot be asked of 'vllm-sr/auto': deployment 'tiny' "
         "lacks span questions and the pii preset (a span preset is answered only by a model that lists it)\n"
     )
+
+
+def test_a_messages_request_is_decided_and_its_error_is_anthropics(live: Live) -> None:
+    def messages(text: str) -> Reply:
+        body = {"model": "vllm-sr/claude", "max_tokens": 64, "messages": [{"role": "user", "content": text}]}
+        return request(
+            live.port, "POST", "/v1/messages", json.dumps(body).encode(), {"content-type": "application/json"}
+        )
+
+    reply = messages(OUTAGE)
+    assert reply.status == 200, reply.body
+    assert (reply.headers["x-vsr-decision"], reply.headers["x-vsr-model"]) == ("outages", "claude-like")
+    assert live.big.received[-1][0]["model"] == "claude-like"
+    reply = messages(EVERYDAY)
+    assert reply.status == 400
+    doc = reply.json()
+    assert doc["type"] == "error"
+    assert doc["error"]["type"] == "invalid_request_error"
+    assert doc["error"]["message"].startswith("no route of virtual model 'vllm-sr/claude' matches this request")
