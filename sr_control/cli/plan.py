@@ -70,7 +70,7 @@ def plan(
     ] = None,
     format: FormatOption = Format.text,
 ) -> None:
-    """Validate FILE and show what would change if it went live.
+    """Show what FILE would change if it went live.
 
     Lists the listeners, routes, clusters and sidecar data added, changed (with the fields that
     differ) and removed, the models and members gained or lost per listener, and warns of risky
@@ -152,7 +152,7 @@ def apply(
     xds: XdsOption = XDS_STATUS,
     timeout: TimeoutOption = 60.0,
 ) -> None:
-    """Put FILE live as one transaction, and roll it back if an Envoy refuses it.
+    """Put FILE live; roll it back when an Envoy refuses it.
 
     Validates FILE; checks the live version against --expect (and that nobody saved an edit
     that is not live yet); replaces the control plane's watched file atomically (rename); then
@@ -233,7 +233,7 @@ def versions(
     live_only: Annotated[bool, typer.Option("--live", help="Print only the live version.")] = False,
     format: FormatOption = Format.text,
 ) -> None:
-    """List the versions the control plane served, newest first, with their time.
+    """List the versions served, newest first.
 
     The control plane keeps the last --keep (default 20) versions and their source text under
     its state directory, so the list outlives a restart. `vllm-sr config rollback VERSION`

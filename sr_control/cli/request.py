@@ -34,7 +34,7 @@ def request(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the answer.", min=0.1)] = 60.0,
     format: FormatOption = Format.text,
 ) -> None:
-    """Send a System One (or LLM) request through a listener and show what came back.
+    """Send a request through a listener and show the answers.
 
     Prints the answers, the member that answered, the config version the listener served it
     under and the request id (to find it in the logs). --format json prints the body as it came.

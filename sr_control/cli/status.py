@@ -33,7 +33,7 @@ def status(
     interval: Annotated[float, typer.Option(help="Seconds between two looks with --watch.", min=0.2)] = 2.0,
     format: FormatOption = Format.text,
 ) -> None:
-    """Show what is live: the version served, every node's ACK or NACK, listeners and members.
+    """Show what is live and whether every node is in step.
 
     Every Envoy and sidecar connected to the control plane is listed with the version it ACKed
     (or NACKed, with Envoy's error), over which protocol and since when; each listener with its
