@@ -268,6 +268,13 @@ async def _ask(
         key = upstream_key(member.api_key_env)
         auth = (("authorization", f"Bearer {key}"),) if key is not None else ()
         results: dict[str, ItemResult] = {}
+        # At most max_concurrency calls open to the member, shared with the Forward path's.
+        gate = sidecar.pool.gate(member)
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                await gate.acquire()
+        except TimeoutError:
+            return None, f"{member.name} had no free call (max_concurrency {member.max_concurrency}) in time", posted
         try:
             with sidecar.pool.calling(member):
                 for wire in wire_plan.calls:
@@ -302,6 +309,8 @@ async def _ask(
         except Exception as exc:  # noqa: BLE001 - a reply of the wrong shape: its signals are unknown
             failure = f"{member.name}: unreadable reply: {type(exc).__name__}: {exc}"
             continue
+        finally:
+            gate.release()
         return result, None, posted
     return None, failure, posted
 
