@@ -19,7 +19,7 @@ from sr_control.config.explain import explain_text
 from sr_control.config.migrate import MigrationRefused, migrate_text, write_atomic
 from sr_control.config.model import RouterConfig
 
-app = typer.Typer(help="Validate, migrate, explain, plan, apply and roll back router configs.", no_args_is_help=True)
+app = typer.Typer(help="Check, migrate, plan, apply and roll back configs.", no_args_is_help=True)
 app.command("compile")(compile_command)
 
 
