@@ -49,21 +49,23 @@ def status(
       vllm-sr status --xds 10.0.0.5:18001 --sidecar 10.0.0.5:18081 --format json
     """
     sidecars = sidecar or [SIDECAR_STATUS]
-    while True:
-        try:
-            report = gather(xds, sidecars)
-        except Unreachable as exc:
-            raise fail(f"error: the control plane does not answer: {exc}", EXIT_UNREADABLE) from None
-        if format is Format.json:
-            typer.echo(json.dumps(report, indent=2))
-        else:
-            if watch:
-                typer.echo("\x1b[H\x1b[2J", nl=False)  # clear the terminal, as watch(1) does
-            typer.echo(render(report))
-        code = EXIT_OK if report["in_step"] else EXIT_INVALID
-        if not watch:
-            raise typer.Exit(code)
-        try:
+    code = EXIT_OK
+    try:
+        while True:
+            try:
+                report = gather(xds, sidecars)
+            except Unreachable as exc:
+                raise fail(f"error: the control plane does not answer: {exc}", EXIT_UNREADABLE) from None
+            if format is Format.json:
+                typer.echo(json.dumps(report, indent=2))
+            else:
+                if watch:
+                    typer.echo("\x1b[H\x1b[2J", nl=False)  # clear the terminal, as watch(1) does
+                typer.echo(render(report))
+            code = EXIT_OK if report["in_step"] else EXIT_INVALID
+            if not watch:
+                break
             time.sleep(interval)
-        except KeyboardInterrupt:
-            raise typer.Exit(code) from None
+    except KeyboardInterrupt:
+        pass  # Ctrl-C ends --watch with the last look's exit code
+    raise typer.Exit(code)

@@ -77,3 +77,30 @@ def test_status_exits_2_when_the_control_plane_does_not_answer(tmp_path: Path) -
 
     done = run_cli("status", "--xds", f"127.0.0.1:{free_port()}")
     assert done.returncode == 2 and "the control plane does not answer" in done.stderr
+
+
+def test_status_watch_shows_the_report_again_until_ctrl_c(live: Live) -> None:
+    import signal
+    import subprocess
+
+    from tests.conftest import BIN
+
+    watching = subprocess.Popen(
+        [str(BIN / "vllm-sr"), "status", *live.where(), "--watch", "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert watching.stdout is not None
+        seen = 0
+        for line in watching.stdout:
+            seen += line.startswith("in step: every node holds")
+            if seen == 2:
+                break
+        watching.send_signal(signal.SIGINT)
+        assert watching.wait(timeout=30) == 0
+    finally:
+        if watching.poll() is None:
+            watching.kill()
+            watching.wait()
