@@ -22,6 +22,7 @@ def _report_then_wait(index: int, report: Report, folder: str) -> None:
         stop = True
 
     signal.signal(signal.SIGTERM, on_term)
+    Path(folder, f"ready-{index}").write_text("")
     report({"index": index, "metrics": os.environ.get(METRICS_DIR)})
     while not stop:
         time.sleep(0.02)
@@ -30,6 +31,9 @@ def _report_then_wait(index: int, report: Report, folder: str) -> None:
 
 def _second_one_exits(index: int, report: Report, folder: str) -> None:
     if index == 1:
+        # Only once the others can drain: a SIGTERM before their handler is set would kill them.
+        while not (Path(folder, "ready-0").exists() and Path(folder, "ready-2").exists()):
+            time.sleep(0.02)
         raise SystemExit(3)
     _report_then_wait(index, report, folder)
 
@@ -62,7 +66,7 @@ def test_workers_report_and_each_drains_on_a_stop(tmp_path: Path, monkeypatch: p
     # Every worker shares one metrics folder, the supervisor's own, gone once they are.
     assert [r["metrics"] for r in reports] == [metrics, metrics]
     assert not Path(metrics).exists() and METRICS_DIR not in os.environ
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["drained-0", "drained-1"]
+    assert sorted(p.name for p in tmp_path.glob("drained-*")) == ["drained-0", "drained-1"]
     assert workers.exit_codes() == [0, 0]
 
 
@@ -72,7 +76,7 @@ def test_a_worker_that_exits_stops_the_others(tmp_path: Path) -> None:
         codes = workers.watch()
     assert codes is not None and codes[1] == 3
     assert all(not p.is_alive() for p in workers.processes)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["drained-0", "drained-2"]  # drained, not killed
+    assert sorted(p.name for p in tmp_path.glob("drained-*")) == ["drained-0", "drained-2"]  # drained, not killed
 
 
 @pytest.mark.slow
