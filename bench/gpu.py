@@ -774,7 +774,6 @@ def main() -> None:
             until = sizes.budget_s / 3
             measured: dict[str, Any] = {}
             run.section("1b.throughput", lambda: throughput(one_b, measured), cap=60, latest_start=until, keep=measured)
-            run.section("1b.fp32", lambda: fp32_check(one_b, root / "1b"), cap=60, latest_start=until)
             del engine, one_b
             free(run.device)
 
@@ -801,10 +800,13 @@ def main() -> None:
             del engine, big
             free(run.device)
 
-        # Last, as it matters least: the 1b shape again (seconds to build) for state once.
+        # Last: the 1b shape again (seconds to build) for the fp32 check and state once.
         engine = shape(run, root, "1b", *sizes.one_b, None, section="1b.reload")
         if engine is not None:
             again = engine
+            # The fp32 reference answers each of its 102 questions with a whole fp32 forward: on the
+            # H200 (e265248) that ran past a 60 s cap placed before the 27b shape, so it runs here.
+            run.section("1b.fp32", lambda: fp32_check(again, root / "1b"), cap=150)
             compared: dict[str, Any] = {}
             run.section("1b.state_once", lambda: state_once(again, compared), cap=80, keep=compared)
             del engine, again
