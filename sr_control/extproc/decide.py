@@ -221,9 +221,13 @@ async def _answers(
     calls = build_calls(plan, parts, judge=judge)
     asked = [c for c in calls if not c.empty]
     signals = plan.judge_signals if judge else plan.signals
-    got = await asyncio.gather(*(_ask(sidecar, incoming, c, signals) for c in asked))
+    if len(asked) == 1:  # the usual case, one decision model: no task to schedule
+        got = [await _ask(sidecar, incoming, asked[0], signals)]
+    else:
+        got = await asyncio.gather(*(_ask(sidecar, incoming, c, signals) for c in asked))
+    replies = iter(got)  # in the order of `asked`, which keeps the order of `calls`
     for call in calls:
-        result, failure, _ = got[asked.index(call)] if call in asked else (None, EMPTY, 0)
+        result, failure, _ = (None, EMPTY, 0) if call.empty else next(replies)
         answers |= read_answers(call, result, failure)
     for name, answer in answers.items():
         for bucket in _buckets(answer):
