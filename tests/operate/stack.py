@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -16,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sr_control.compiler import Address, Settings, compile
+from sr_control.compiler import compile
 from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, SIDECAR, TYPE_NAMES
 from sr_control.config.load import load_text
 from tests.conftest import run_cli
 from tests.e2e.envoy_proc import Envoy, free_port, wait_for
-from tests.extproc.harness import VLLM_SR, Runtime, SidecarProc, envoy_for, get_json, get_status
+from tests.extproc.harness import Runtime, SidecarProc, envoy_for, get_json
+from tests.reliability import parts
 
 
 def config_text(ports: dict[str, int], runtime: str, *, schema: str = "vllm-sr/5.0", extra: str = "") -> str:
@@ -49,58 +49,17 @@ def second_listener(port: int) -> str:
 """
 
 
-class PlaneProc:
+class PlaneProc(parts.PlaneProc):
     """``vllm-sr xds serve --state-dir``: stopped and started again on the same ports."""
 
     def __init__(self, directory: Path, config: Path, sidecar_port: int) -> None:
+        super().__init__(directory, config, sidecar_port, ("--state-dir", str(directory / "state"), "--keep", "5"))
         self.directory = directory
-        self.config = config
-        self.port, self.status_port = free_port(), free_port()
-        self.settings = Settings(sidecar=Address("127.0.0.1", sidecar_port))
-        self.sidecar_port = sidecar_port
-        self.log = directory / "xds.log"
-        self.status_address = f"127.0.0.1:{self.status_port}"
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> PlaneProc:
-        cmd = [
-            VLLM_SR,
-            "xds",
-            "serve",
-            "--config",
-            str(self.config),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--status-port",
-            str(self.status_port),
-            "--sidecar",
-            f"127.0.0.1:{self.sidecar_port}",
-            "--poll-interval",
-            "0.01",
-            "--state-dir",
-            str(self.directory / "state"),
-            "--keep",
-            "5",
-        ]
-        self.proc = subprocess.Popen(cmd, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
-
-        def ready() -> bool:
-            assert self.proc is not None and self.proc.poll() is None, self.log.read_text()[-2000:]
-            return get_status(f"http://{self.status_address}/healthz", timeout=1) == 200
-
-        wait_for(ready, timeout=60, interval=0.05, what="vllm-sr xds serve to serve")
+        super().start()
+        self.wait()
         return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @dataclass

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,13 +102,15 @@ def synced(status: dict[str, Any], expected: dict[str, str], nodes: int = 2) -> 
 class PlaneProc:
     """``vllm-sr xds serve`` on ``config``: killed with SIGKILL and started again on the same ports."""
 
-    def __init__(self, directory: Path, config: Path, sidecar_port: int) -> None:
+    def __init__(self, directory: Path, config: Path, sidecar_port: int, extra: Sequence[str] = ()) -> None:
         self.config = config
         self.port, self.status_port = free_port(), free_port()
         self.sidecar_port = sidecar_port
         self.settings = Settings(sidecar=Address("127.0.0.1", sidecar_port))
         self.log = directory / "xds.log"
-        self.status_url = f"http://127.0.0.1:{self.status_port}/status"
+        self.status_address = f"127.0.0.1:{self.status_port}"
+        self.status_url = f"http://{self.status_address}/status"
+        self.extra = tuple(extra)  # more `xds serve` options
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> PlaneProc:
@@ -128,6 +130,7 @@ class PlaneProc:
             f"127.0.0.1:{self.sidecar_port}",
             "--poll-interval",
             "0.01",
+            *self.extra,
         ]
         self.proc = subprocess.Popen(cmd, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
         return self
