@@ -48,7 +48,8 @@ def static_bootstrap(config: RouterConfig, settings: Settings = Settings()) -> B
     for listener_config in config.listeners:
         offer = listener_offer(config, listener_config)
         version = Resource.of(names.sidecar(listener_config.name), typed_struct(data.payload(offer))).version
-        listeners.append(listener(offer, route_config=route_configuration(config, offer, version)))
+        routes = route_configuration(config, offer, version)
+        listeners.append(listener(offer, tracing=config.tracing, route_config=routes))
     # No control plane serves endpoints here: a Service-backed deployment resolves the Service's DNS name.
     doc = fill(
         "bootstrap/static", listeners=listeners, clusters=clusters(config, settings, eds=False), **_common(settings)

@@ -26,7 +26,7 @@ from sr_control.compiler.errors import CompileError
 from sr_control.compiler.limits import BUFFER_LIMIT
 from sr_control.compiler.settings import Address, Settings
 from sr_control.compiler.templates import fill
-from sr_control.config.model import Deployment, ProviderModel, RouterConfig
+from sr_control.config.model import Deployment, ProviderModel, RouterConfig, Tracing
 
 
 class ClusterError(CompileError):
@@ -124,11 +124,18 @@ def xds_cluster(settings: Settings, keepalive_s: int = 30) -> dict[str, Any]:
     return _grpc_cluster(names.XDS_CLUSTER, settings.xds, max_requests=1024, http2=http2)
 
 
+def otlp_cluster(tracing: Tracing) -> dict[str, Any]:
+    """The collector Envoy exports its spans to over OTLP/gRPC (``tracing.otlp_endpoint``)."""
+    return _grpc_cluster(names.OTLP_CLUSTER, Address.parse(tracing.otlp_endpoint), max_requests=1024, http2={})
+
+
 def clusters(config: RouterConfig, settings: Settings, *, eds: bool = True) -> list[dict[str, Any]]:
     """``eds=False`` for a bootstrap that holds everything inline: no control plane serves endpoints."""
     out = [deployment_cluster(name, dep, settings, eds=eds) for name, dep in config.deployments.items()]
     out += [provider_cluster(model, i, settings) for i, model in enumerate(config.providers.models)]
     out.append(sidecar_cluster(settings))
+    if config.tracing is not None:
+        out.append(otlp_cluster(config.tracing))
     return out
 
 
@@ -207,6 +214,7 @@ __all__ = [
     "Upstream",
     "clusters",
     "deployment_cluster",
+    "otlp_cluster",
     "provider_cluster",
     "sidecar_cluster",
     "upstream",

@@ -12,9 +12,10 @@ cluster depends on its deployment or provider model and the settings. Each unit 
 those inputs and reused, as the same Resource objects (bytes packed and digested once), while
 they compare equal; anything else is built again. Definitions are compared once per model name,
 not once per listener: an edit of a deployment rebuilds its cluster and the listeners serving
-a model that reaches it. A fresh Recompiler is the whole compile (``compile()``), the
-reference: ``tests/compiler/test_incremental.py`` holds every recompile after generated edits
-equal to it.
+a model that reaches it. ``tracing`` is an input of every listener (its connection manager and
+its sidecar data carry it): an edit of it builds them all again. A fresh Recompiler is the
+whole compile (``compile()``), the reference: ``tests/compiler/test_incremental.py`` holds
+every recompile after generated edits equal to it.
 
 Inputs compare by identity first, then by value: the config loader hands back the same model
 objects for entries an edit left alone (``config/load.py``), so an unchanged listener costs a
@@ -31,7 +32,7 @@ from functools import partial
 from typing import Any
 
 from sr_control.compiler import names
-from sr_control.compiler.clusters import deployment_cluster, provider_cluster, sidecar_cluster, upstream
+from sr_control.compiler.clusters import deployment_cluster, otlp_cluster, provider_cluster, sidecar_cluster, upstream
 from sr_control.compiler.convert import parse
 from sr_control.compiler.listeners import listener as listener_dict
 from sr_control.compiler.offer import ListenerOffer, listener_offer
@@ -60,6 +61,7 @@ class _ListenerUnit:
     offer: ListenerOffer
     served: frozenset[str]  # the models its APIs serve, whose definitions it was built with
     resources: tuple[Resource, Resource, Resource]  # sidecar data, routes, listener
+    tracing: config_model.Tracing | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,7 @@ class Recompiler:
         self._listeners: dict[str, _ListenerUnit] = {}
         self._clusters: dict[str, _ClusterUnit] = {}
         self._sidecar_cluster: Resource | None = None
+        self._otlp_cluster: tuple[config_model.Tracing, Resource] | None = None
         self._models: ModelCatalog | None = None
         # The definition of every model some listener serves, as the latest compile saw it.
         self._definitions: dict[str, tuple[Any, ...]] = {}
@@ -118,7 +121,7 @@ class Recompiler:
             by_type[ROUTE].append(routes)
             by_type[LISTENER].append(listener)
         clusters = self._all_clusters(config)
-        by_type[CLUSTER] = [u.resource for u in clusters.values()] + [self._sidecar()]
+        by_type[CLUSTER] = [u.resource for u in clusters.values()] + [self._sidecar(), *self._otlp(config.tracing)]
         resources = Resources(by_type)
         served = {m for s in {u.served for u in units.values()} for m in s}
         # Kept only once the whole compile succeeded: a failed one leaves the last good units.
@@ -135,7 +138,11 @@ class Recompiler:
         data: SidecarData,
     ) -> _ListenerUnit:
         old = self._listeners.get(listener_config.name)
-        if old is not None and (old.listener is listener_config or old.listener == listener_config):
+        if (
+            old is not None
+            and (old.listener is listener_config or old.listener == listener_config)
+            and old.tracing == config.tracing
+        ):
             # What the listener offers changes with the listener, or with the models the file
             # defines (an API that lists none serves every model of its kind).
             offer = old.offer if old.models is models else listener_offer(config, listener_config, models)
@@ -143,12 +150,13 @@ class Recompiler:
                 self.reused += 1
                 if old.listener is listener_config and old.models is models:
                     return old
-                return _ListenerUnit(listener_config, models, offer, old.served, old.resources)
+                return _ListenerUnit(listener_config, models, offer, old.served, old.resources, old.tracing)
         else:
             offer = listener_offer(config, listener_config, models)
         self.built += 1
         served = frozenset(m for o in offer.offers for m in o.models)
-        return _ListenerUnit(listener_config, models, offer, served, _listener_resources(config, offer, data))
+        resources = _listener_resources(config, offer, data)
+        return _ListenerUnit(listener_config, models, offer, served, resources, config.tracing)
 
     def _all_clusters(self, config: config_model.RouterConfig) -> dict[str, _ClusterUnit]:
         units: dict[str, _ClusterUnit] = {}
@@ -170,6 +178,14 @@ class Recompiler:
             self._sidecar_cluster = Resource.of(built["name"], parse(built, Cluster, built["name"]))
         return self._sidecar_cluster
 
+    def _otlp(self, tracing: config_model.Tracing | None) -> list[Resource]:
+        if tracing is None:
+            return []
+        if self._otlp_cluster is None or self._otlp_cluster[0] != tracing:
+            built = otlp_cluster(tracing)
+            self._otlp_cluster = (tracing, Resource.of(built["name"], parse(built, Cluster, built["name"])))
+        return [self._otlp_cluster[1]]
+
     def _cluster(self, name: str, source: tuple[Any, Any], build: Callable[[], dict[str, Any]]) -> _ClusterUnit:
         old = self._clusters.get(name)
         if old is not None and old.source == source:
@@ -189,7 +205,9 @@ def _listener_resources(
     return (
         sidecar,
         Resource.of(names.route(name), parse(routes, RouteConfiguration, names.route(name))),
-        Resource.of(names.listener(name), parse(listener_dict(offer), Listener, names.listener(name))),
+        Resource.of(
+            names.listener(name), parse(listener_dict(offer, tracing=config.tracing), Listener, names.listener(name))
+        ),
     )
 
 

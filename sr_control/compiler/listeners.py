@@ -3,6 +3,8 @@
     zstd request decompressor -> ext_proc (off unless the route enables it) -> router
 
 and, on a listener with keys, the client's credentials dropped between ext_proc and the router.
+With ``tracing`` in the config, the connection manager starts (or continues) a W3C trace per
+request and sends its spans to the collector (``vsr/otlp``).
 
 The routes come over RDS (``route/<listener>``) when served over xDS, or inline for the
 static bootstrap.
@@ -18,9 +20,12 @@ from sr_control.compiler.limits import BUFFER_LIMIT, DEADLINE_MARGIN_MS, DEFAULT
 from sr_control.compiler.local_replies import local_reply_config
 from sr_control.compiler.offer import ListenerOffer
 from sr_control.compiler.templates import fill
+from sr_control.config.model import Tracing
 
 
-def listener(offer: ListenerOffer, *, route_config: dict[str, Any] | None = None) -> dict[str, Any]:
+def listener(
+    offer: ListenerOffer, *, tracing: Tracing | None = None, route_config: dict[str, Any] | None = None
+) -> dict[str, Any]:
     listener_config = offer.listener
     rds = (
         None if route_config is not None else fill("listener/rds", route_config_name=names.route(listener_config.name))
@@ -39,6 +44,7 @@ def listener(offer: ListenerOffer, *, route_config: dict[str, Any] | None = None
         rds=rds,
         route_config=route_config,
         local_reply_config=local_reply_config(offer),
+        tracing=_tracing(tracing),
         http_filters=[
             fill("listener/zstd_decompressor"),
             fill(
@@ -49,6 +55,17 @@ def listener(offer: ListenerOffer, *, route_config: dict[str, Any] | None = None
             *([client_credentials_stripped()] if listener_config.auth is not None else []),
             fill("listener/router"),
         ],
+    )
+
+
+def _tracing(tracing: Tracing | None) -> dict[str, Any] | None:
+    if tracing is None:
+        return None
+    return fill(
+        "listener/tracing",
+        sample_rate=tracing.sample_rate,
+        otlp_cluster=names.OTLP_CLUSTER,
+        service_name=f"{tracing.service_name}-envoy",
     )
 
 

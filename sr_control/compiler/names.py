@@ -9,6 +9,8 @@ from __future__ import annotations
 
 SIDECAR_CLUSTER = "vsr/sidecar"
 XDS_CLUSTER = "vsr/xds"
+# The OTLP collector Envoy sends its spans to, when the config has ``tracing``.
+OTLP_CLUSTER = "vsr/otlp"
 # The header the sidecar sets to pick an upstream cluster; a client's copy is dropped on arrival.
 CLUSTER_HEADER = "x-vsr-cluster"
 # The request id the official SDK reads; the listener sets it to Envoy's x-request-id.

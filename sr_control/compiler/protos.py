@@ -21,6 +21,7 @@ from envoy.config.route.v3 import (
     route_components_pb2,  # noqa: F401  FilterConfig
     route_pb2,
 )
+from envoy.config.trace.v3 import opentelemetry_pb2  # noqa: F401  tracing
 from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2  # noqa: F401  local replies
 from envoy.extensions.access_loggers.grpc.v3 import als_pb2  # noqa: F401  outcomes to the sidecar
 from envoy.extensions.access_loggers.stream.v3 import stream_pb2  # noqa: F401

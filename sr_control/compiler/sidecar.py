@@ -109,6 +109,8 @@ class SidecarData:
             "deployments": {name: self._deployment(name) for name in dict.fromkeys(deployments)},
             "providers": {name: self._provider(name) for name in dict.fromkeys(providers)},
             **({"decide": decide["text"]} if decide is not None else {}),
+            # Where the sidecar sends its spans (docs/operate.md, Tracing); absent: it traces nothing.
+            **({"tracing": self.config.tracing.model_dump(mode="json")} if self.config.tracing is not None else {}),
         }
 
     def _decide(self, offer: ListenerOffer) -> dict[str, Any] | None:

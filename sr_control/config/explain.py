@@ -41,6 +41,8 @@ def explain(config: RouterConfig) -> dict[str, Any]:
     out: dict[str, Any] = {"version": config.version, "listeners": listeners}
     if config.virtual_models:
         out["virtual_models"] = _virtual_models(config)
+    if config.tracing is not None:
+        out["tracing"] = config.tracing.model_dump(mode="json")
     return out
 
 
@@ -114,4 +116,10 @@ def explain_text(explained: dict[str, Any]) -> str:
             lines.append(f"  judge {judge['name']}: escalate when {judge['when']}, within {judge['deadline_ms']} ms")
         for call in vm["judge_calls"]:
             lines.append(f"  after the answer, one call to {call['model']}: {', '.join(call['signals'])}")
+    tracing = explained.get("tracing")
+    if tracing is not None:
+        lines.append(
+            f"tracing: {tracing['sample_rate']:g}% of requests to OTLP collector {tracing['otlp_endpoint']}, "
+            f"as {tracing['service_name']}-envoy, -sidecar and -runtime"
+        )
     return "\n".join(lines) + "\n"

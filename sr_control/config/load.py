@@ -16,7 +16,7 @@ import datetime
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from cachetools import LRUCache
 from pydantic import BaseModel, ValidationError
@@ -35,11 +35,22 @@ from sr_control.config.model import (
     Providers,
     RouterConfig,
     Signal,
+    Tracing,
     VirtualModel,
 )
 from sr_control.config.reread import Rereader
 
-_SECTIONS = ("version", "providers", "deployments", "pools", "listeners", "signals", "virtual_models", "judges")
+_SECTIONS = (
+    "version",
+    "providers",
+    "deployments",
+    "pools",
+    "listeners",
+    "signals",
+    "virtual_models",
+    "judges",
+    "tracing",
+)
 
 
 _DECIDE_SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
@@ -183,6 +194,9 @@ def _validate(data: dict[str, Any], problem: _Problems) -> RouterConfig:
     )
     # The Decide path's sections (docs/decide/config.md), entry by entry like the others.
     decide = {key: _validate_map(data.get(key), (key,), model, problem, ignored) for key, model in _DECIDE_SECTIONS}
+    tracing = None
+    if data.get("tracing") is not None:
+        tracing = _validate_model(data["tracing"], ("tracing",), Tracing, problem)
 
     partial = RouterConfig.model_construct(
         version=CURRENT_VERSION,
@@ -193,6 +207,7 @@ def _validate(data: dict[str, Any], problem: _Problems) -> RouterConfig:
         signals=decide["signals"],
         virtual_models=decide["virtual_models"],
         judges=decide["judges"],
+        tracing=cast(Tracing | None, tracing),
     )
     ctx = checks.Context(partial, frozenset(ignored), tuple(listener_index), tuple(provider_index))
     for loc, message in checks.run_checks(ctx):

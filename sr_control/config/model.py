@@ -411,6 +411,25 @@ class Judge(_Section):
     max_escalations: int = Field(default=1, ge=1, le=16)
 
 
+def _host_port(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536 or "/" in host:
+        raise ValueError(f"{value!r} is not HOST:PORT (an OTLP/gRPC collector, such as otel-collector:4317)")
+    return value
+
+
+class Tracing(_Section):
+    """OpenTelemetry spans from Envoy, the sidecar and the runtimes, one trace per request
+    (docs/operate.md, Tracing). Absent: no tracing anywhere, and nothing compiled for it."""
+
+    otlp_endpoint: Annotated[str, AfterValidator(_host_port)]  # an OTLP/gRPC collector, plaintext
+    # Percent of the requests Envoy starts a trace for; a request that comes with a sampled
+    # traceparent is traced whatever this says.
+    sample_rate: float = Field(default=100.0, ge=0, le=100)
+    # The services are named <service_name>-envoy, -sidecar and -runtime.
+    service_name: str = Field(default="vllm-sr", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
 class RouterConfig(_Section):
     """A whole router config file, format version 2."""
 
@@ -423,3 +442,5 @@ class RouterConfig(_Section):
     signals: dict[Name, Signal] = {}
     virtual_models: dict[Name, VirtualModel] = {}
     judges: dict[Name, Judge] = {}
+    # An addition too: format 2 reads it with no migration.
+    tracing: Tracing | None = None

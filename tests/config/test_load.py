@@ -217,7 +217,7 @@ CASES = [
         "routes: []\n",
         (
             "c.yaml:11:1: error: routes: unknown section 'routes' (sections: version, providers, deployments, "
-            "pools, listeners, signals, virtual_models, judges)"
+            "pools, listeners, signals, virtual_models, judges, tracing)"
         ),
     ),
     (
@@ -424,7 +424,7 @@ def test_merge_keys_are_read() -> None:
 def test_a_file_that_is_not_a_mapping() -> None:
     assert _problems("- a\n- b\n") == [
         "c.yaml:1:1: error: a router config is a mapping of sections (version, providers, deployments, "
-        "pools, listeners, signals, virtual_models, judges), not a list"
+        "pools, listeners, signals, virtual_models, judges, tracing), not a list"
     ]
 
 
