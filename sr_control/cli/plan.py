@@ -14,7 +14,8 @@ from sr_control.config import load as loader
 from sr_control.config.errors import ConfigUnreadable
 from sr_control.operate import apply as applying
 from sr_control.operate import plan as planning
-from sr_control.operate.live import SIDECAR_STATUS, XDS_STATUS, Unreachable, get, get_json, get_text, legacy_forms
+from sr_control.operate.live import XDS_STATUS, Unreachable, get, get_json, get_text, legacy_forms
+from sr_control.operate.status import judge_node, status_ports
 
 EXIT_RISKY = 3
 
@@ -31,8 +32,14 @@ def live_source(xds: str) -> tuple[str, str]:
     return str(version), body.decode("utf-8")
 
 
-def live_legacy(sidecars: list[str]) -> dict[str, int] | None:
-    """Listener -> 4.0-only requests the sidecars counted; None when one does not answer."""
+def live_legacy(xds: str, sidecars: list[str] | None) -> dict[str, int] | None:
+    """Listener -> 4.0-only requests the sidecars counted (``sidecars``, else those the control
+    plane's nodes tell); None when one does not answer or one cannot be found."""
+    if sidecars is None:
+        plane = get_json(xds, "/status")
+        sidecars, unseen = status_ports([judge_node(n, {}, []) for n in plane.get("nodes", [])])
+        if unseen:
+            return None
     total: dict[str, int] = {}
     for address in sidecars:
         try:
@@ -64,7 +71,10 @@ def plan(
         typer.Option(
             "--sidecar",
             metavar="HOST:PORT",
-            help=f"Sidecar status ports whose 4.0-only form counters are read (default {SIDECAR_STATUS}).",
+            help=(
+                "Sidecar status ports whose 4.0-only form counters are read "
+                "(default: those the control plane's nodes tell)."
+            ),
             show_default=False,
         ),
     ] = None,
@@ -98,7 +108,10 @@ def plan(
         except Unreachable as exc:
             raise fail(f"error: cannot read the live config: {exc}", EXIT_UNREADABLE) from None
         old_name = f"live {version} ({against})"
-        legacy = live_legacy(sidecar or [SIDECAR_STATUS])
+        try:
+            legacy = live_legacy(against, sidecar or None)
+        except Unreachable as exc:
+            raise fail(f"error: cannot read the live config: {exc}", EXIT_UNREADABLE) from None
     try:
         result = planning.plan(new_text, str(file), old_text, old_name, legacy=legacy)
     except planning.Invalid as exc:

@@ -25,7 +25,10 @@ def status(
         typer.Option(
             "--sidecar",
             metavar="HOST:PORT",
-            help=f"A sidecar's status port (repeat for several; default {SIDECAR_STATUS}).",
+            help=(
+                "Read this sidecar status port (repeat for several) instead of those the control plane's "
+                f"nodes tell (e.g. a port-forwarded {SIDECAR_STATUS})."
+            ),
             show_default=False,
         ),
     ] = None,
@@ -37,8 +40,9 @@ def status(
 
     Every Envoy and sidecar connected to the control plane is listed with the version it ACKed
     (or NACKed, with Envoy's error), over which protocol and since when; each listener with its
-    APIs, schema and models; each model's members with health, question types and open calls
-    (from the sidecars' status ports); and the 4.0-only request forms each listener has seen.
+    APIs, schema and models; each member with health, its card's question types and limits, and
+    open calls; and the 4.0-only request forms each listener has seen. The sidecars' status
+    ports are found from the control plane: each sidecar tells it where its port answers.
 
     Exit 0 when every node holds the live version, 1 when a node is behind or a NACK stands,
     2 when the control plane does not answer.
@@ -46,9 +50,9 @@ def status(
     \b
     Example:
       vllm-sr status
-      vllm-sr status --xds 10.0.0.5:18001 --sidecar 10.0.0.5:18081 --format json
+      vllm-sr status --xds 10.0.0.5:18001 --format json
     """
-    sidecars = sidecar or [SIDECAR_STATUS]
+    sidecars = sidecar or None
     code = EXIT_OK
     try:
         while True:

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
+from dataclasses import asdict
 from typing import Any
 
 import grpc
@@ -53,12 +54,18 @@ _log = log.get_logger("vllm_sr.extproc")
 
 
 class Worker:
-    def __init__(self, settings: SidecarSettings, *, reuse_port: bool = False) -> None:
+    def __init__(self, settings: SidecarSettings, *, reuse_port: bool = False, status_at: str = "") -> None:
         self.settings = settings
         self.reuse_port = reuse_port
         self.node = base_pb2.Node(
             id=settings.node_id or f"vllm-sr-sidecar/{socket.gethostname()}/{os.getpid()}", cluster="vllm-sr-sidecar"
         )
+        # Where this sidecar's status port answers, told to the control plane in the node's
+        # metadata: `vllm-sr status` finds every sidecar from the control plane's nodes alone.
+        self.status_at = status_at or (
+            f"{settings.status_address}:{settings.status_port}" if settings.status_port else ""
+        )
+        self.node.metadata.update({"vllm_sr": {"status": self.status_at, "listen": settings.listen}})
         self.port = 0
         self.stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -156,11 +163,16 @@ class Worker:
             listeners.setdefault(name, {"current": None, "versions": []})["current"] = data.version
         members = {}
         for name, state in cards.states().items():
+            card = state.card
             members[name] = {
-                "down": state.error if (state.card is None or not state.healthy) else None,
-                "question_types": sorted(state.card.question_types) if state.card else [],
-                "modalities": sorted(state.card.modalities) if state.card else [],
-                "contract": state.card.contract if state.card else None,
+                "down": state.error if (card is None or not state.healthy) else None,
+                "question_types": sorted(card.question_types) if card else [],
+                "modalities": sorted(card.modalities) if card else [],
+                "contract": card.contract if card else None,
+                # As the card lists them (media limits too), else the declared ones routing reads.
+                "limits": (dict(card.listed_limits) or {k: v for k, v in asdict(card.limits).items() if v is not None})
+                if card
+                else {},
             }
         return {
             "pid": os.getpid(),
@@ -169,6 +181,8 @@ class Worker:
             "alive": self.alive(),
             "port": self.port,
             "socket": self.settings.socket or None,
+            "listen": self.settings.listen,
+            "status": self.status_at or None,
             "xds": {
                 "target": self.settings.xds,
                 "connected": sub.connected,
@@ -252,17 +266,18 @@ def serve(
     Returns the exit code: 0 after a stop, 1 when a worker died."""
     if settings.workers > 1:
         return _supervise(settings, stop, on_ready)
-    worker = Worker(settings)
+    # The status port first: the worker tells the control plane where it answers (port 0 included).
     http = StatusServer(
         settings.status_address,
         settings.status_port,
         status=lambda: {"workers": [worker.status_from_thread()]},
         metrics=lambda: worker.sidecar.metrics.text() if worker.started.is_set() else b"",
-        serving=worker.ready,
-        alive=worker.alive,
+        serving=lambda: worker.ready(),
+        alive=lambda: worker.alive(),
         not_ready=NOT_READY,
         not_alive=NOT_ALIVE,
     )
+    worker = Worker(settings, status_at=f"{settings.status_address}:{http.port}")
     http.start()
 
     def on_signal(*_: object) -> None:

@@ -1,15 +1,18 @@
 """``vllm-sr status``: what is live, on which nodes, and whether they are in step.
 
 One report from the control plane's ``/status`` and ``/versions`` and each sidecar's ``/status``
-and ``/metrics``:
+and ``/metrics``. The sidecars are found from the control plane's nodes: each tells, in its xDS
+node metadata, where its status port answers (a wildcard address is read as the node's peer):
 
-    report = gather("127.0.0.1:18001", ["127.0.0.1:18081"])
+    report = gather("127.0.0.1:18001")                       # every sidecar connected to it
+    report = gather("127.0.0.1:18001", ["10.0.0.5:18081"])   # these sidecars instead
     report["in_step"]      # False when a node is behind or a NACK stands
     print(render(report))
 """
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from sr_control.operate.live import Unreachable, get_json, get_text, legacy_forms
@@ -51,6 +54,7 @@ def judge_node(node: dict[str, Any], want: dict[str, str], history: list[dict[st
     return {
         "id": node["id"],
         "kind": _kind(node),
+        "status_address": node.get("status_address"),
         "protocol": node.get("protocol"),
         "peer": node.get("peer"),
         "connected_at": node.get("connected_at"),
@@ -61,6 +65,56 @@ def judge_node(node: dict[str, Any], want: dict[str, str], history: list[dict[st
         "nack": nack,
         "types": types,
     }
+
+
+def _peer_host(peer: str | None) -> str | None:
+    """The host of a gRPC peer (``ipv4:10.0.0.7:58912``, ``ipv6:[::1]:58912``); None for a Unix peer."""
+    kind, _, rest = (peer or "").partition(":")
+    if kind == "ipv4":
+        return rest.rsplit(":", 1)[0]
+    if kind == "ipv6":
+        return rest.rsplit(":", 1)[0].strip("[]")
+    return None
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def status_ports(nodes: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """The sidecars' status addresses the nodes told (each once: N workers share one port), and
+    warnings for the sidecars that cannot be reached from here. A wildcard address (0.0.0.0, ::)
+    is the node's peer address; a loopback one is this host's only when the node is on it."""
+    out: list[str] = []
+    warnings = []
+    for node in nodes:
+        if node["kind"] != "sidecar":
+            continue
+        told = node.get("status_address")
+        if not told:
+            warnings.append(f"sidecar {node['id']} does not tell its status port (an older sidecar): give --sidecar")
+            continue
+        host, _, port = told.rpartition(":")
+        host = host.strip("[]")
+        peer = _peer_host(node.get("peer"))
+        if host in ("", "0.0.0.0", "::"):
+            if peer is None:
+                warnings.append(f"sidecar {node['id']} listens on {told} from an unknown host: give --sidecar")
+                continue
+            host = peer
+        elif _loopback(host) and peer is not None and not _loopback(peer):
+            warnings.append(
+                f"sidecar {node['id']} serves its status on {told} of its own host ({peer}): "
+                "not reachable from here (port-forward it and give --sidecar)"
+            )
+            continue
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if address not in out:
+            out.append(address)
+    return out, warnings
 
 
 def _sidecar(address: str) -> dict[str, Any]:
@@ -80,6 +134,8 @@ def _sidecar(address: str) -> dict[str, Any]:
     return {
         "address": address,
         "reachable": True,
+        "nodes": [w["node"] for w in workers if w.get("node")],
+        "listen": next((w["listen"] for w in workers if w.get("listen")), None),
         "workers": len(workers),
         "ready": all(w.get("ready") for w in workers) if workers else False,
         "members": members,
@@ -88,8 +144,9 @@ def _sidecar(address: str) -> dict[str, Any]:
     }
 
 
-def gather(xds: str, sidecars: list[str]) -> dict[str, Any]:
-    """The report; raises Unreachable when the control plane does not answer."""
+def gather(xds: str, sidecars: list[str] | None = None) -> dict[str, Any]:
+    """The report; ``sidecars``: the status ports to read, None for those the nodes tell.
+    Raises Unreachable when the control plane does not answer."""
     plane = get_json(xds, "/status")
     try:
         history = get_json(xds, "/versions").get("versions", [])
@@ -100,6 +157,9 @@ def gather(xds: str, sidecars: list[str]) -> dict[str, Any]:
     if live and want:
         history = [{"version": live, "types": want}, *history]
     nodes = [judge_node(n, want, history) for n in plane.get("nodes", [])]
+    unseen: list[str] = []
+    if sidecars is None:
+        sidecars, unseen = status_ports(nodes)
     side = [_sidecar(a) for a in sidecars]
     problems = []
     for n in nodes:
@@ -110,7 +170,7 @@ def gather(xds: str, sidecars: list[str]) -> dict[str, Any]:
             problems.append(f"{n['id']} is behind on {', '.join(n['behind'])}")
     if not live:
         problems.append("the control plane serves no version yet")
-    warnings = [f"sidecar status {s['address']} unreachable: {s['error']}" for s in side if not s["reachable"]]
+    warnings = unseen + [f"sidecar status {s['address']} unreachable: {s['error']}" for s in side if not s["reachable"]]
     if not any(n["kind"] == "envoy" for n in nodes):
         warnings.append("no Envoy is connected to the control plane")
     last_error = plane.get("last_error")
@@ -162,12 +222,20 @@ def _member(name: str, sidecars: list[dict[str, Any]]) -> dict[str, Any]:
     known = next((s["members"][name] for s in sidecars if name in s["members"]), None)
     open_calls = sum(s["open_calls"].get(name, 0) for s in sidecars)
     if known is None:
-        return {"name": name, "health": "unknown", "down": None, "question_types": [], "open_calls": open_calls}
+        return {
+            "name": name,
+            "health": "unknown",
+            "down": None,
+            "question_types": [],
+            "limits": {},
+            "open_calls": open_calls,
+        }
     return {
         "name": name,
         "health": "down" if known.get("down") else "up",
         "down": known.get("down"),
         "question_types": known.get("question_types", []),
+        "limits": known.get("limits") or {},
         "modalities": known.get("modalities", []),
         "contract": known.get("contract"),
         "open_calls": open_calls,
@@ -189,6 +257,8 @@ def render(report: dict[str, Any]) -> str:
             f"  {n['state'].upper():8} {n['kind']:7} {n['id']}  holds {held}  over {n['protocol']} "
             f"from {n['peer']}  connected {n['connected_at']}"
         )
+        if n["status_address"]:
+            lines.append(f"           status port {n['status_address']}")
         if n["nack"]:
             lines.append(f"           NACK {n['nack']['type']} {n['nack']['version']}: {n['nack']['message']}")
         elif n["behind"]:
@@ -196,26 +266,41 @@ def render(report: dict[str, Any]) -> str:
     if not report["nodes"]:
         lines.append("  (none connected)")
     lines += ["", "listeners:"]
+    members: dict[str, dict[str, Any]] = {}  # each member once, however many models it answers
     for listener in report["listeners"]:
         lines.append(f"  {listener['name']}  {listener['address']}:{listener['port']}")
         for api in listener["apis"]:
             schema = f" ({api['schema']})" if api["schema"] else ""
             lines.append(f"    {api['api']}{schema}")
-            for model, members in api["models"].items():
-                shown = ", ".join(
-                    f"{m['name']} {m['health']}"
-                    + (f" [{'/'.join(m['question_types'])}]" if m["question_types"] else "")
-                    + (f" open {m['open_calls']}" if m["open_calls"] else "")
-                    + (f" ({m['down']})" if m["down"] else "")
-                    for m in members
-                )
+            for model, pool in api["models"].items():
+                members.update((m["name"], m) for m in pool)
+                shown = ", ".join(f"{m['name']} {m['health']}" for m in pool)
                 lines.append(f"      {model}: {shown or '(provider model)'}")
         if listener["legacy_forms"]:
             counts = ", ".join(f"{form} {n}" for form, n in sorted(listener["legacy_forms"].items()))
             lines.append(f"    4.0-only forms seen: {counts}")
+    if members:
+        lines += ["", "members:"]
+    for name, m in sorted(members.items()):
+        lines.append(
+            f"  {m['health'].upper():7} {name}  open calls {m['open_calls']}"
+            + (f"  ({m['down']})" if m["down"] else "")
+        )
+        if m["question_types"]:
+            lines.append(f"          answers {', '.join(m['question_types'])}")
+        if m["limits"]:
+            shown = ", ".join(f"{k} {'-' if v is None else v}" for k, v in m["limits"].items())
+            lines.append(f"          limits  {shown}")
+    if report["sidecars"]:
+        lines += ["", "sidecars:"]
     for s in report["sidecars"]:
         if s["reachable"]:
-            lines.append(f"sidecar status {s['address']}: {s['workers']} worker(s), ready: {s['ready']}")
+            lines.append(
+                f"  {s['address']}  {s['workers']} worker(s), {'ready' if s['ready'] else 'NOT READY'}, "
+                f"ext_proc on {s['listen'] or '?'}"
+            )
+        else:
+            lines.append(f"  {s['address']}  unreachable")
     lines.append("")
     for w in report["warnings"]:
         lines.append(f"warning: {w}")
@@ -243,8 +328,20 @@ REPORT_SCHEMA: dict[str, Any] = {
             "type": "array",
             "items": {
                 "type": "object",
-                "required": ["id", "kind", "protocol", "peer", "connected_at", "state", "version", "nack", "types"],
+                "required": [
+                    "id",
+                    "kind",
+                    "protocol",
+                    "peer",
+                    "connected_at",
+                    "status_address",
+                    "state",
+                    "version",
+                    "nack",
+                    "types",
+                ],
                 "properties": {
+                    "status_address": {"type": ["string", "null"]},
                     "kind": {"enum": ["envoy", "sidecar"]},
                     "protocol": {"enum": ["sotw", "delta"]},
                     "state": {"enum": ["in_step", "behind", "refused"]},
@@ -280,8 +377,16 @@ REPORT_SCHEMA: dict[str, Any] = {
                                         "type": "array",
                                         "items": {
                                             "type": "object",
-                                            "required": ["name", "health", "question_types", "open_calls"],
-                                            "properties": {"health": {"enum": ["up", "down", "unknown"]}},
+                                            "required": ["name", "health", "question_types", "limits", "open_calls"],
+                                            "properties": {
+                                                "health": {"enum": ["up", "down", "unknown"]},
+                                                "question_types": {"type": "array", "items": {"type": "string"}},
+                                                "limits": {
+                                                    "type": "object",
+                                                    "additionalProperties": {"type": ["integer", "null"]},
+                                                },
+                                                "open_calls": {"type": "integer", "minimum": 0},
+                                            },
                                         },
                                     },
                                 }
@@ -292,7 +397,20 @@ REPORT_SCHEMA: dict[str, Any] = {
                 },
             },
         },
-        "sidecars": {"type": "array", "items": {"type": "object", "required": ["address", "reachable"]}},
+        "sidecars": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["address", "reachable"],
+                "oneOf": [
+                    {
+                        "properties": {"reachable": {"const": True}},
+                        "required": ["nodes", "listen", "workers", "ready", "members", "open_calls", "legacy_forms"],
+                    },
+                    {"properties": {"reachable": {"const": False}}, "required": ["error"]},
+                ],
+            },
+        },
     },
 }
 

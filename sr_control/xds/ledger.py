@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from envoy.config.core.v3 import base_pb2
+
 from sr_base import log
 from sr_control.compiler.protos import TYPE_NAMES
 from sr_control.xds.hooks import Hooks, StreamInfo
@@ -19,6 +21,13 @@ _log = log.get_logger("vllm_sr.xds")
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _told(node: base_pb2.Node, key: str) -> str | None:
+    """A string the node told about itself under ``vllm_sr`` in its metadata (None when not told)."""
+    ours = node.metadata.fields.get("vllm_sr")
+    value = ours.struct_value.fields.get(key) if ours is not None else None
+    return value.string_value or None if value is not None else None
 
 
 @dataclass
@@ -80,6 +89,8 @@ class Ledger:
                         "protocol": info.protocol,
                         "peer": info.peer,
                         "connected_at": info.opened_at.isoformat(timespec="milliseconds"),
+                        # A sidecar's status port, as its node metadata tells it (vllm-sr status reads it).
+                        "status_address": _told(info.node, "status"),
                         "types": {
                             TYPE_NAMES.get(t, t): {"pushed": s.pushed, "acked": s.acked, "nack": s.nack}
                             for t, s in sorted(status.types.items(), key=lambda kv: TYPE_NAMES.get(kv[0], kv[0]))

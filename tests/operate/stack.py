@@ -86,7 +86,8 @@ class Live:
         return run_cli(*args, timeout=timeout)
 
     def where(self) -> list[str]:
-        return ["--xds", self.plane.status_address, "--sidecar", f"127.0.0.1:{self.sidecar.status_port}"]
+        """The control plane's status port alone: the verbs find the sidecars from its nodes."""
+        return ["--xds", self.plane.status_address]
 
     def expected(self, text: str) -> dict[str, str]:
         resources = compile(load_text(text), self.plane.settings)

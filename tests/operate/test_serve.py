@@ -22,11 +22,13 @@ def test_status_versions_and_request_against_vllm_sr_serve(tmp_path: Path) -> No
     state = tmp_path / "state"
     stack = start_stack(["--port-offset", str(offset), "--state-dir", str(state)], tmp_path / "out.txt")
     try:
-        where = ["--xds", f"127.0.0.1:{ports.xds_status}", "--sidecar", f"127.0.0.1:{ports.sidecar_status}"]
+        where = ["--xds", f"127.0.0.1:{ports.xds_status}"]
         status = run_cli("status", *where, "--format", "json")
         report = json.loads(status.stdout)
         assert status.returncode == 0, report["problems"]
         assert sorted(n["kind"] for n in report["nodes"]) == ["envoy", "sidecar"]
+        # The sidecar's status port, found from the control plane's nodes alone.
+        assert [s["address"] for s in report["sidecars"] if s["reachable"]] == [f"127.0.0.1:{ports.sidecar_status}"]
         assert report["control_plane"]["config"] == str(state / "config.yaml")
 
         versions = json.loads(run_cli("config", "versions", "--xds", where[1], "--format", "json").stdout)

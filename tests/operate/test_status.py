@@ -10,6 +10,7 @@ import pytest
 
 from sr_control.operate.status import REPORT_SCHEMA
 from tests.e2e.envoy_proc import wait_for
+from tests.extproc.harness import get_json
 from tests.operate.stack import Live, port_taken, second_listener
 
 pytestmark = [pytest.mark.envoy, pytest.mark.slow]
@@ -40,11 +41,40 @@ def test_status_shows_every_node_in_step_with_listeners_and_members(live: Live) 
     )
     (full,) = api["models"]["vllm-sr/auto"]
     assert full["name"] == "full" and full["health"] == "up" and "noul" in full["question_types"]
+    # The card's limits, as the runtime lists them in GET /v1/models.
+    card = get_json(f"{live.runtime.url}/v1/models")[1]["models"][0]["card"]
+    assert full["limits"] == card["limits"] and full["limits"]["max_input_tokens"] > 0
+    assert full["open_calls"] == 0
+    # Only --xds was given: the sidecar was found from the control plane's nodes.
+    (sidecar,) = report["sidecars"]
+    assert sidecar["reachable"] and sidecar["address"] == f"127.0.0.1:{live.sidecar.status_port}"
+    assert sidecar["listen"] == f"127.0.0.1:{live.sidecar.port}"
+    (node,) = [n for n in report["nodes"] if n["kind"] == "sidecar"]
+    assert sidecar["nodes"] == [node["id"]] and node["status_address"] == sidecar["address"]
 
     text = live.cli("status", *live.where())
     assert text.returncode == 0
     assert f"in step: every node holds {version}" in text.stdout
     assert "vllm-sr/auto: full up" in text.stdout
+    assert f"limits  max_options {card['limits']['max_options']}," in text.stdout
+    assert f"127.0.0.1:{live.sidecar.status_port}  1 worker(s), ready, ext_proc on 127.0.0.1:{live.sidecar.port}" in (
+        text.stdout
+    )
+
+
+def test_status_reads_the_sidecars_given_instead_of_those_the_nodes_tell(live: Live) -> None:
+    from tests.e2e.envoy_proc import free_port
+
+    gone = f"127.0.0.1:{free_port()}"
+    done = live.cli("status", *live.where(), "--sidecar", gone, "--format", "json")
+    report = json.loads(done.stdout)
+    jsonschema.validate(report, REPORT_SCHEMA)
+    # The nodes are in step, so it exits 0; what the missing sidecar would say is unknown, and said so.
+    assert done.returncode == 0
+    assert [s["address"] for s in report["sidecars"]] == [gone] and not report["sidecars"][0]["reachable"]
+    assert any(w.startswith(f"sidecar status {gone} unreachable") for w in report["warnings"])
+    (full,) = report["listeners"][0]["apis"][0]["models"]["vllm-sr/auto"]
+    assert full["health"] == "unknown"
 
 
 def test_status_shows_envoys_nack_and_exits_1_until_it_is_cleared(live: Live) -> None:
