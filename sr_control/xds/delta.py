@@ -26,6 +26,7 @@ _LEGACY_WILDCARD = frozenset({LISTENER, CLUSTER})
 class DeltaStream(Stream):
     def on_request(self, req: discovery_pb2.DeltaDiscoveryRequest) -> list[discovery_pb2.DeltaDiscoveryResponse]:
         self._open(req)
+        self._hooks.received(self.info, req)
         t = req.type_url
         subscribe = set(req.resource_names_subscribe)
         state = self._types.get(t)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from envoy.config.core.v3 import base_pb2
 
@@ -43,6 +43,8 @@ class Hooks:
     resumed: Callable[[StreamInfo, str, str], None] = _nothing
     # The node rejected a push: (stream, type URL, rejected version, Envoy's message).
     nacked: Callable[[StreamInfo, str, str, str], None] = _nothing
+    # A request came from the node, as read (tests compare a simulated node's with Envoy's).
+    received: Callable[[StreamInfo, Any], None] = _nothing
 
     @staticmethod
     def chain(*hooks: Hooks) -> Hooks:
@@ -57,4 +59,6 @@ class Hooks:
 
             return call_each
 
-        return Hooks(**{name: each(name) for name in ("opened", "closed", "pushed", "acked", "resumed", "nacked")})
+        return Hooks(
+            **{name: each(name) for name in ("opened", "closed", "pushed", "acked", "resumed", "nacked", "received")}
+        )

@@ -35,6 +35,7 @@ _WHOLE_STATE = frozenset({LISTENER, CLUSTER})
 class SotwStream(Stream):
     def on_request(self, req: discovery_pb2.DiscoveryRequest) -> list[discovery_pb2.DiscoveryResponse]:
         self._open(req)
+        self._hooks.received(self.info, req)
         t = req.type_url
         names = set(req.resource_names)
         wildcard = "*" in names or (not names and t in _LEGACY_WILDCARD)
