@@ -55,6 +55,7 @@ def next_members(sidecar: Sidecar, call: Call, status: int) -> list[Member]:
         to=[m.name for m in others],
     )
     sidecar.metrics.failovers.labels(call.incoming.listener).inc()
+    call.answered_by = None  # its reply is not the client's: one of the others answers, or none
     return others
 
 

@@ -41,6 +41,7 @@ def through_envoy(sidecar: Sidecar, call: Call, member: Member) -> Forward:
     body, form = member_body(call.req, call.sent, member.model)
     sidecar.metrics.diagnostics.labels(call.incoming.listener, form).inc()
     call.member = member
+    call.answered_by = member.name  # unless it fails and another answers (failover.py)
     call.tried.add(member.name)
     sidecar.pool.begin(member)
     sets = [

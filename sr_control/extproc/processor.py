@@ -48,6 +48,7 @@ from systemone.replies import WHOLE_REPLY_HEADER
 
 LISTING_API = "models"
 VERSION_HEADER = "x-vsr-config-version"
+MEMBER_HEADER = "x-vsr-member"  # the pool member whose answer a System One client gets
 _SYSTEMONE_SHAPED = frozenset({SYSTEMONE_API, LISTING_API})
 _log = get_logger("vllm_sr.extproc")
 
@@ -228,8 +229,13 @@ class Exchange:
         return envoy.immediate(self._stamped(answer), self.call.answered_by if self.call is not None else None)
 
     def _stamp(self) -> tuple[tuple[str, str], ...]:
-        """Which config version answered: an operator can tell the versions apart during an edit."""
-        return () if self.incoming is None else ((VERSION_HEADER, self.incoming.data.version),)
+        """Which config version answered: an operator can tell the versions apart during an edit;
+        and which member answered a System One request (after a fail-over, the last one called)."""
+        if self.incoming is None:
+            return ()
+        version = ((VERSION_HEADER, self.incoming.data.version),)
+        member = self.call.answered_by if self.call is not None else None
+        return (*version, (MEMBER_HEADER, member)) if member else version
 
     def _stamped(self, answer: Answer) -> Answer:
         return Answer(answer.status, (*answer.headers, *self._stamp()), answer.body)

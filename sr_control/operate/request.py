@@ -1,7 +1,11 @@
 """``vllm-sr request``: one request through a listener, and what came back.
 
 reply = send("http://127.0.0.1:8801", body)        # the path from the body's kind
-summary = summarize(reply)                           # answers, member, version, request id
+summary = summarize(reply, plane)                    # answers, member, versions, request id
+
+Two versions, named apart: the answer's ``x-vsr-config-version`` is the *listener version* (the
+version of that listener's part of the config, its sidecar data); the control plane's ``/status``
+(``plane``) maps it to the whole *config version* when it is the live one's.
 """
 
 from __future__ import annotations
@@ -56,7 +60,23 @@ def send(
     return Reply(url, reply.status_code, {k.lower(): v for k, v in reply.headers.items()}, reply.content)
 
 
-def summarize(reply: Reply) -> dict[str, Any]:
+MEMBER_HEADER = "x-vsr-member"
+LISTENER_VERSION_HEADER = "x-vsr-config-version"
+
+
+def config_version(listener_version: str | None, plane: dict[str, Any] | None) -> dict[str, Any]:
+    """Which listener and live config version a listener version belongs to, from the control
+    plane's /status; ``live`` False when it is no listener's live version (an edit since)."""
+    if plane is None or listener_version is None:
+        return {"listener": None, "config_version": None, "live": None}
+    for name, version in (plane.get("listener_versions") or {}).items():
+        if version == listener_version:
+            return {"listener": name, "config_version": plane.get("version"), "live": True}
+    return {"listener": None, "config_version": None, "live": False}
+
+
+def summarize(reply: Reply, plane: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What came back; ``plane``: the control plane's /status (None when it was not read)."""
     doc = reply.json()
     meta: dict[str, Any] = {}
     if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict):
@@ -64,14 +84,15 @@ def summarize(reply: Reply) -> dict[str, Any]:
     vsr = {k: v for k, v in reply.headers.items() if k.startswith("x-vsr-")} | {
         k: v for k, v in meta.items() if str(k).startswith("x-vsr-")
     }
-    member = next((v for k, v in vsr.items() if "member" in k), None)
+    listener_version = vsr.get(LISTENER_VERSION_HEADER)
     out: dict[str, Any] = {
         "url": reply.url,
         "status": reply.status,
         "request_id": reply.headers.get("x-request-id") or meta.get("request_id") or doc_id(doc),
-        "config_version": vsr.get("x-vsr-config-version"),
-        "member": member,
+        "member": vsr.get(MEMBER_HEADER),
         "model": doc.get("model") if isinstance(doc, dict) else None,
+        "listener_version": listener_version,
+        **config_version(listener_version, plane),
         "vsr": vsr,
     }
     if isinstance(doc, dict) and "answers" in doc:
@@ -89,17 +110,27 @@ def doc_id(doc: Any) -> str | None:
     return doc.get("id") if isinstance(doc, dict) and isinstance(doc.get("id"), str) else None
 
 
-def render(summary: dict[str, Any]) -> str:
+def render(summary: dict[str, Any], xds: str = "") -> str:
+    """``xds``: the control plane's status port that was asked for the config version."""
+    if summary["live"]:
+        config = f"{summary['config_version']}  (live on the control plane {xds}, listener {summary['listener']})"
+    elif summary["live"] is False:
+        config = "-  (the listener version is no listener's live one: an edit went live since)"
+    elif summary["listener_version"]:
+        config = f"-  (the control plane {xds} did not answer; --xds names it)"
+    else:
+        config = "-"
     lines = [
         f"{summary['status']} from {summary['url']}",
-        f"  request id      {summary['request_id'] or '-'}",
-        f"  config version  {summary['config_version'] or '-'}",
-        f"  model           {summary['model'] or '-'}",
-        f"  member          {summary['member'] or '-'}",
+        f"  request id        {summary['request_id'] or '-'}",
+        f"  model             {summary['model'] or '-'}",
+        f"  member            {summary['member'] or '-'}",
+        f"  listener version  {summary['listener_version'] or '-'}  (x-vsr-config-version: this listener's part)",
+        f"  config version    {config}",
     ]
     for k, v in sorted(summary["vsr"].items()):
-        if k not in ("x-vsr-config-version",) and "member" not in k:
-            lines.append(f"  {k:<15} {v}")
+        if k not in (LISTENER_VERSION_HEADER, MEMBER_HEADER):
+            lines.append(f"  {k:<17} {v}")
     if "answers" in summary:
         lines.append("answers:")
         for name, answer in summary["answers"].items():
@@ -126,4 +157,33 @@ def _short(value: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-__all__ = ["Reply", "path_for", "render", "send", "summarize"]
+# What ``vllm-sr request --format summary`` prints: the tests hold the output to this.
+SUMMARY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": [
+        "url",
+        "status",
+        "request_id",
+        "member",
+        "model",
+        "listener_version",
+        "listener",
+        "config_version",
+        "live",
+        "vsr",
+    ],
+    "properties": {
+        "status": {"type": "integer"},
+        "request_id": {"type": ["string", "null"]},
+        "member": {"type": ["string", "null"]},
+        "listener_version": {"type": ["string", "null"]},
+        "listener": {"type": ["string", "null"]},
+        "config_version": {"type": ["string", "null"]},
+        "live": {"type": ["boolean", "null"]},
+        "vsr": {"type": "object", "additionalProperties": {"type": "string"}},
+        "answers": {"type": "object"},
+        "choices": {"type": "array"},
+    },
+}
+
+__all__ = ["SUMMARY_SCHEMA", "Reply", "config_version", "path_for", "render", "send", "summarize"]

@@ -49,6 +49,7 @@ def test_the_seed_002_curl_through_a_5_0_listener_answers_as_the_runtime_does(wo
     wait_for(lambda: request_id in world.envoy.log.read_text(), what="the access log line")
     (line,) = [json.loads(entry) for entry in world.envoy.log.read_text().splitlines() if request_id in entry]
     assert line["path"] == "/v1/systemone" and line["status"] == 200 and line["member"] in ("full", "backup")
+    assert reply.headers["x-vsr-member"] == line["member"]  # the client is told which member answered
 
 
 def test_no_model_and_jev_latest_mean_the_listeners_first_model(world: World) -> None:
@@ -221,6 +222,9 @@ listeners:
         assert lines and all(
             line["member"] == "full" and line["upstream_cluster"] == "deployment/full" for line in lines[-4:]
         )
+        # A reply Envoy forwarded and sent on unread still names the member.
+        whole = request(listeners["v50"], "POST", "/v1/systemone", json.dumps(SEED).encode(), {})
+        assert (whole.status, whole.headers["x-vsr-member"]) == (200, "full")
     finally:
         envoy.stop()
         sidecar.stop()

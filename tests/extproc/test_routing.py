@@ -145,10 +145,8 @@ def test_stopping_a_member_under_load_loses_no_request(world: World) -> None:
     after_kill = sum(answered.values())
     # Requests still flow, all to full, with backup marked down.
     for _ in range(5):
-        assert (
-            world.post("v50", "/v1/systemone", {"model": "ha", "state": STATE, "questions": {"urgent": NOUL}}).status
-            == 200
-        )
+        reply = world.post("v50", "/v1/systemone", {"model": "ha", "state": STATE, "questions": {"urgent": NOUL}})
+        assert (reply.status, reply.headers["x-vsr-member"]) == (200, "full")
     down = world.sidecar.status()["workers"][0]["members"]["backup"]["down"]
     assert down and after_kill > 0
     # Bring it back on the same port: the sidecar notices and routes to it again.
