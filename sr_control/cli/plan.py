@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,15 +21,17 @@ from sr_control.operate.status import judge_node, status_ports
 EXIT_RISKY = 3
 
 
-def live_source(xds: str) -> tuple[str, str]:
-    """(version, source text) of what the control plane serves now."""
-    doc = get_json(xds, "/versions")
-    version = doc.get("live")
-    if not version:
-        raise Unreachable(f"{xds}: the control plane serves no version yet")
+def live_source(xds: str, version: str | None = None) -> tuple[str, str]:
+    """(version, source text) of ``version``, or of what the control plane serves now."""
+    if version is None:
+        version = get_json(xds, "/versions").get("live")
+        if not version:
+            raise Unreachable(f"{xds}: the control plane serves no version yet")
     status, body = get(xds, f"/versions/{version}")
+    if status == 403:
+        raise Unreachable(f"{xds} serves a version's source text to loopback only: {_detail(body)}")
     if status != 200:
-        raise Unreachable(f"{xds}: the source of the live version {version} is not kept (GET /versions/{version})")
+        raise Unreachable(f"{xds}: the source of version {version} is not kept (GET /versions/{version})")
     return str(version), body.decode("utf-8")
 
 
@@ -280,6 +283,34 @@ def versions(
     raise typer.Exit(EXIT_OK)
 
 
+def get_config(
+    version: Annotated[
+        str | None,
+        typer.Argument(help="A version `vllm-sr config versions` lists. Default: the live one.", show_default=False),
+    ] = None,
+    xds: XdsOption = XDS_STATUS,
+) -> None:
+    """Print the source text of the live config (or of a kept version).
+
+    The text as it was saved, comments included: what `config plan` compares an edit with and
+    what `config rollback` would put back. The control plane answers it to callers on its own
+    host only (ssh, or `kubectl port-forward`, to reach it).
+
+    Exit 0; 2 when the version is not kept or the control plane cannot be read.
+
+    \b
+    Example:
+      vllm-sr config get > live.yaml
+      vllm-sr config get 1e45d0df984883c4 | diff - router.yaml
+    """
+    try:
+        _, text = live_source(xds, version)
+    except Unreachable as exc:
+        raise fail(f"error: {exc}", EXIT_UNREADABLE) from None
+    typer.echo(text, nl=False)
+    raise typer.Exit(EXIT_OK)
+
+
 def rollback(
     version: Annotated[str, typer.Argument(help="A version `vllm-sr config versions` lists.", show_default=False)],
     xds: XdsOption = XDS_STATUS,
@@ -287,49 +318,90 @@ def rollback(
         str | None,
         typer.Option(
             metavar="NAME",
-            help="The config is a Kubernetes ConfigMap's: print the kubectl command that puts the version back.",
+            help=(
+                "The config is this Kubernetes ConfigMap's: patch it through the Kubernetes API "
+                "(or, without the rights, print the kubectl command)."
+            ),
             show_default=False,
         ),
     ] = None,
-    namespace: Annotated[str, typer.Option(help="The ConfigMap's namespace.")] = "default",
-    timeout: TimeoutOption = 60.0,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="The ConfigMap's namespace. Default: the kubeconfig context's (or the pod's).", show_default=False
+        ),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            help="The ConfigMap's key holding the config. Default: the watched file's name.", show_default=False
+        ),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            help="Default: $KUBECONFIG, else ~/.kube/config, else the pod's service account.", show_default=False
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            help=(
+                "Seconds to wait for the control plane to serve it and every node to ACK. "
+                "Default: 60; 180 for a ConfigMap (the kubelet rewrites the mounted file at its sync, about a minute)."
+            ),
+            min=1,
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Put an earlier version's source back live.
 
     Writes the version's source text over the control plane's watched file atomically
     (rename), so it goes live by the usual path and shows up on top of `config versions`;
-    then prints each node as it ACKs. For a config mounted from a ConfigMap, the text is saved
-    to a file and the kubectl command that applies it is printed instead.
+    then prints each node as it ACKs. For a config mounted from a ConfigMap (--configmap),
+    patches the ConfigMap's key through the Kubernetes API and follows the nodes the same way
+    once the kubelet has rewritten the file; without the rights (RBAC) or a client, saves the
+    patch to a file and prints the kubectl command that applies it.
 
-    Exit 0 when every node holds the version; 1 when a node refused it or did not ACK in time;
-    2 when the version is not kept or the control plane cannot be read.
+    Exit 0 when every node holds the version (or the kubectl command was printed); 1 when a
+    node refused it or did not ACK in time; 2 when the version is not kept or the control plane
+    cannot be read.
 
     \b
     Example:
       vllm-sr config versions
       vllm-sr config rollback 1e45d0df984883c4
+      vllm-sr config rollback 1e45d0df984883c4 --configmap vllm-sr-config --namespace vllm-sr
     """
     before = _live_status(xds)
     status, body = get(xds, f"/versions/{version}")
+    if status == 403:
+        raise fail(f"error: {xds} serves a version's source text to loopback only: {_detail(body)}", EXIT_UNREADABLE)
     if status != 200:
         raise fail(f"error: version {version} is not kept (`vllm-sr config versions` lists them)", EXIT_UNREADABLE)
     text = body.decode("utf-8")
     target = Path(before["config"])
     if configmap is not None or (target.parent / "..data").is_symlink():
-        saved = Path(f"vllm-sr-{version}.yaml").resolve()
-        saved.write_text(text, encoding="utf-8")
-        name = configmap or "<configmap>"
-        typer.echo(f"the config is mounted from a ConfigMap; saved version {version} to {saved}. Apply it with:")
-        typer.echo(
-            f"  kubectl -n {namespace} create configmap {name} --from-file={target.name}={saved} "
-            "--dry-run=client -o yaml | kubectl apply -f -"
-        )
-        raise typer.Exit(EXIT_OK)
+        _rollback_configmap(xds, before, version, text, configmap, namespace, key or target.name, kubeconfig, timeout)
+    timeout = timeout or 60.0
     with applying.edit_lock(target):
         before = _live_status(xds)
         applying.write_live(target, text)
         typer.echo(f"wrote version {version} to {target}; live was {before.get('version')}")
         outcome = applying.follow(xds, before, timeout=timeout, on_node=lambda n: typer.echo(_node_line(n)))
+    _followed(outcome, timeout)
+
+
+def _detail(body: bytes) -> str:
+    try:
+        return str(json.loads(body)["detail"])
+    except (ValueError, KeyError, TypeError):
+        return body.decode("utf-8", "replace").strip()
+
+
+def _followed(outcome: applying.Outcome, timeout: float) -> None:
+    """Exit as a rollback's outcome says."""
     if outcome.result == "ok":
         typer.echo(f"live: {outcome.version} on {len(outcome.nodes)} node(s)")
         raise typer.Exit(EXIT_OK)
@@ -338,3 +410,52 @@ def rollback(
     if outcome.result == "invalid":
         raise fail("the control plane refused the version's text; the previous version keeps serving", EXIT_INVALID)
     raise fail(f"not every node ACKed within {timeout:.0f} s: {', '.join(outcome.behind)}", EXIT_INVALID)
+
+
+def _rollback_configmap(
+    xds: str,
+    before: dict[str, Any],
+    version: str,
+    text: str,
+    name: str | None,
+    namespace: str | None,
+    key: str,
+    kubeconfig: Path | None,
+    timeout: float | None,
+) -> None:
+    """Patch the ConfigMap and follow the nodes; else save the patch and print the kubectl command."""
+    from sr_control.operate import configmap as cm
+
+    client, why, default_namespace = None, "", "default"
+    if name is None:
+        why = "the config is mounted from a ConfigMap whose name this host cannot see (give --configmap NAME)"
+    else:
+        path = cm.kubeconfig_path(kubeconfig)
+        if path is None and "KUBERNETES_SERVICE_HOST" not in os.environ:
+            why = "no Kubernetes client: no --kubeconfig, $KUBECONFIG or ~/.kube/config, and not in a pod"
+        else:
+            from sr_control.pools.kubernetes import api_client
+
+            try:
+                client, default_namespace = api_client(path)
+            except ValueError as exc:
+                why = str(exc)
+    ns = namespace or default_namespace
+    if client is not None and name is not None:
+        try:
+            resource_version = cm.put_back(client, ns, name, key, text)
+        except cm.ConfigMapRefused as exc:
+            why = f"the Kubernetes API refused: {exc}"
+        else:
+            typer.echo(
+                f"patched ConfigMap {ns}/{name} key {key} with version {version} (resourceVersion "
+                f"{resource_version}); live was {before.get('version')}; waiting for the kubelet to write the file"
+            )
+            wait = timeout or 180.0
+            outcome = applying.follow(xds, before, timeout=wait, on_node=lambda n: typer.echo(_node_line(n)))
+            _followed(outcome, wait)
+    patch = cm.save_patch(Path.cwd(), version, key, text)
+    typer.echo(f"not patched: {why}")
+    typer.echo(f"saved version {version} as a patch of key {key} to {patch}. Apply it with:")
+    typer.echo(f"  {cm.kubectl_command(ns, name or '<configmap>', patch)}")
+    raise typer.Exit(EXIT_OK)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import threading
 from collections.abc import Callable
@@ -10,6 +11,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
+
+
+def _loopback(host: str) -> bool:
+    address = ipaddress.ip_address(host.split("%", 1)[0])
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1 on a dual-stack socket
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 class StatusServer:
@@ -25,8 +32,11 @@ class StatusServer:
         not_ready: str = "no valid config yet",
         not_alive: str = "config watch stopped: edits are no longer read",
         more: Callable[[str], tuple[int, str, bytes] | None] | None = None,
+        loopback_only: tuple[str, ...] = (),
     ) -> None:
-        """``more(path)`` answers other paths as (status, content type, body), or None for 404."""
+        """``more(path)`` answers other paths as (status, content type, body), or None for 404.
+        Paths under a ``loopback_only`` prefix are answered to this host's own callers alone
+        (403 to others): what they hold may name more than the rest of the port says."""
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -37,7 +47,10 @@ class StatusServer:
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 path = self.path.split("?", 1)[0]
-                if path == "/status":
+                if path.startswith(loopback_only) and not _loopback(self.client_address[0]):
+                    detail = f"{path} is answered on this host only (loopback); reach it through ssh or kubectl"
+                    self._send(403, "application/json", json.dumps({"detail": detail}).encode() + b"\n")
+                elif path == "/status":
                     self._send(200, "application/json", json.dumps(status(), indent=2).encode() + b"\n")
                 elif path == "/metrics":
                     self._send(200, CONTENT_TYPE_LATEST, metrics())

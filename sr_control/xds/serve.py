@@ -91,6 +91,9 @@ class ControlPlane:
                     serving=lambda: self.reloader.snapshot is not None,
                     alive=self._watch.alive,
                     more=self._versions_http,
+                    # A version's source text: what the file says beyond the compiled config (a
+                    # rewrite's header values, comments), so only this host's callers read it.
+                    loopback_only=("/versions/",),
                 )
             except OSError as exc:
                 raise OSError(f"cannot listen on {self._host}:{self._status_port}: {exc.strerror}") from None
