@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from envoy.config.core.v3 import base_pb2
 
+from sr_control.xds.encoded import Encoder
 from sr_control.xds.snapshot import Snapshot
 
 ALL_NODES = "*"
@@ -40,7 +42,51 @@ class _Member:
     # resources (made), or exactly the snapshot's resources (settled).
     made: Mapping[str, str] = field(default_factory=dict)
     settled: Mapping[str, str] = field(default_factory=dict)
-    waiting: bool = False
+
+    def at(self, settled: bool) -> Mapping[str, str]:
+        return self.settled if settled else self.made
+
+
+# What a stream waits for: (type URL, settled, version, every: all others there, or else any one).
+Awaited = tuple[str, bool, str, bool]
+
+
+@dataclass
+class _Group:
+    """Counts over a group's members, so that "who lags" is a lookup, not a walk over every node."""
+
+    subscribed: Counter[str] = field(default_factory=Counter)  # type -> members subscribed to it
+    # (type, settled) -> version -> members subscribed to the type and at that version.
+    at: dict[tuple[str, bool], Counter[str]] = field(default_factory=dict)
+    waiting: set[int] = field(default_factory=set)  # woken by any progress (``wait``)
+    # Woken once what they wait for holds (``wait_until``): awaited -> stream -> its member.
+    until: dict[Awaited, dict[int, _Member]] = field(default_factory=dict)
+
+    def count(self, m: _Member, sign: int) -> None:
+        for t in m.subscribed:
+            self.subscribed[t] += sign
+            for settled in (False, True):
+                version = m.at(settled).get(t)
+                if version is not None:
+                    self.at.setdefault((t, settled), Counter())[version] += sign
+
+    def lagging(self, t: str, version: str, settled: bool, exclude: _Member | None) -> int:
+        n = self.subscribed[t] - self.at.get((t, settled), Counter())[version]
+        if exclude is not None and t in exclude.subscribed and exclude.at(settled).get(t) != version:
+            n -= 1
+        return n
+
+    def holding(self, t: str, version: str, exclude: _Member | None) -> int:
+        n = self.at.get((t, False), Counter())[version]
+        if exclude is not None and t in exclude.subscribed and exclude.made.get(t) == version:
+            n -= 1
+        return n
+
+    def met(self, awaited: Awaited, exclude: _Member) -> bool:
+        t, settled, version, every = awaited
+        if every:
+            return self.lagging(t, version, settled, exclude) == 0
+        return self.holding(t, version, exclude) > 0
 
 
 class SnapshotCache:
@@ -49,16 +95,43 @@ class SnapshotCache:
         self._lock = threading.Lock()
         self._snapshots: dict[str, Snapshot] = {}
         self._members: dict[int, _Member] = {}
+        self._groups: dict[str, _Group] = {}
         self.started = time.monotonic()  # nodes that held a config before it reconnect meanwhile
+        self.encoder = Encoder()  # response bodies, shared by every stream that sends the same
+        # Snapshots within this long of a group's last wake-up wake it once, when the window ends.
+        self.debounce = 0.0  # the server sets its own (server.DEBOUNCE)
+        self._woken: dict[str, float] = {}  # group -> when its streams were last woken for a snapshot
+        self._due: set[str] = set()  # groups whose wake-up waits for the window to end
 
     def set_snapshot(self, key: str, snapshot: Snapshot) -> int:
-        """Store ``snapshot`` for group ``key`` and wake its streams. Returns how many."""
+        """Store ``snapshot`` for group ``key`` and wake its streams. Returns how many.
+
+        Within ``debounce`` seconds of the group's last wake-up, the streams are woken once, when
+        that window ends, for however many snapshots came in it (each stream then moves to the
+        newest); after a quiet spell, at once.
+        """
         with self._lock:
             self._snapshots[key] = snapshot
+            members = sum(1 for m in self._members.values() if m.group == key)
+            if key in self._due:
+                return members  # the window's wake-up is already set
+            left = self._woken.get(key, -self.debounce) + self.debounce - time.monotonic()
+            if left > 0:
+                self._due.add(key)
+                timer = threading.Timer(left, self._wake_group, (key,))
+                timer.daemon = True
+                timer.start()
+                return members
+        self._wake_group(key)
+        return members
+
+    def _wake_group(self, key: str) -> None:
+        with self._lock:
+            self._due.discard(key)
+            self._woken[key] = time.monotonic()
             wake = [m.wake for m in self._members.values() if m.group == key]
         for w in wake:
             w()
-        return len(wake)
 
     def snapshot(self, node: base_pb2.Node) -> Snapshot | None:
         with self._lock:
@@ -68,14 +141,23 @@ class SnapshotCache:
 
     def join(self, node: base_pb2.Node, stream: int, wake: Wake) -> None:
         with self._lock:
-            self._members[stream] = _Member(node.id, self.node_key(node), wake)
+            m = self._members[stream] = _Member(node.id, self.node_key(node), wake)
+            self._groups.setdefault(m.group, _Group())
 
     def leave(self, stream: int) -> None:
         with self._lock:
             gone = self._members.pop(stream, None)
-            wake = self._waiting(gone.group) if gone is not None else []
+            if gone is None:
+                return
+            group = self._groups[gone.group]
+            group.count(gone, -1)
+            group.waiting.discard(stream)
+            for waiters in group.until.values():
+                waiters.pop(stream, None)
+            # A stream that waited on this one need not wait any more.
+            wake = self._progress(group, gone.subscribed)
         for w in wake:
-            w()  # a stream that waited on this one need not wait any more
+            w()
 
     def streams(self) -> int:
         with self._lock:
@@ -92,8 +174,17 @@ class SnapshotCache:
             subscribed = frozenset(subscribed)
             if (m.made, m.settled, m.subscribed) == (made, settled, subscribed):
                 return
+            group = self._groups[m.group]
+            moved = {
+                t
+                for t in m.subscribed | subscribed
+                if (m.made.get(t), m.settled.get(t)) != (made.get(t), settled.get(t))
+            }
+            moved |= m.subscribed ^ subscribed
+            group.count(m, -1)
             m.made, m.settled, m.subscribed = dict(made), dict(settled), subscribed
-            wake = self._waiting(m.group)
+            group.count(m, +1)
+            wake = self._progress(group, moved)
         for w in wake:
             w()
 
@@ -102,7 +193,21 @@ class SnapshotCache:
         with self._lock:
             m = self._members.get(stream)
             if m is not None:
-                m.waiting = True
+                self._groups[m.group].waiting.add(stream)
+
+    def wait_until(self, stream: int, type_url: str, version: str, *, settled: bool, every: bool) -> None:
+        """Wake ``stream`` once every other stream subscribed to ``type_url`` is at ``version``
+        (``every``), or once one is (made); see ``lagging`` and ``holding``."""
+        awaited = (type_url, settled, version, every)
+        with self._lock:
+            m = self._members.get(stream)
+            if m is None:
+                return
+            group = self._groups[m.group]
+            if not group.met(awaited, m):
+                group.until.setdefault(awaited, {})[stream] = m
+                return
+        m.wake()  # it holds already
 
     def lagging(self, node: base_pb2.Node, type_url: str, version: str, *, settled: bool, exclude: int) -> list[str]:
         """The nodes of ``node``'s group subscribed to ``type_url`` that are not yet at ``version``."""
@@ -114,23 +219,34 @@ class SnapshotCache:
                 if sid != exclude
                 and m.group == key
                 and type_url in m.subscribed
-                and (m.settled if settled else m.made).get(type_url) != version
+                and m.at(settled).get(type_url) != version
             ]
+
+    def lagging_count(self, node: base_pb2.Node, type_url: str, version: str, *, settled: bool, exclude: int) -> int:
+        """How many nodes ``lagging`` would name, without naming them."""
+        with self._lock:
+            group = self._groups.get(self.node_key(node))
+            return group.lagging(type_url, version, settled, self._members.get(exclude)) if group else 0
 
     def holding(self, node: base_pb2.Node, type_url: str, version: str, *, exclude: int) -> int:
         """How many other streams of ``node``'s group hold ``type_url``'s new resources of ``version``."""
-        key = self.node_key(node)
         with self._lock:
-            return sum(
-                1
-                for sid, m in self._members.items()
-                if sid != exclude and m.group == key and type_url in m.subscribed and m.made.get(type_url) == version
-            )
+            group = self._groups.get(self.node_key(node))
+            return group.holding(type_url, version, self._members.get(exclude)) if group else 0
 
-    def _waiting(self, group: str) -> list[Wake]:
-        out = []
-        for m in self._members.values():
-            if m.group == group and m.waiting:
-                m.waiting = False
-                out.append(m.wake)
+    def _progress(self, group: _Group, moved: Iterable[str]) -> list[Wake]:
+        """The wake-ups due now that streams of ``group`` moved on the types ``moved``."""
+        out = [self._members[sid].wake for sid in group.waiting if sid in self._members]
+        group.waiting.clear()
+        moved = set(moved)
+        for awaited in [a for a in group.until if a[0] in moved]:
+            waiters = group.until[awaited]
+            if not waiters:
+                del group.until[awaited]
+                continue
+            # The condition reads the same for every waiter but for the one excluded (itself).
+            for sid, m in list(waiters.items()):
+                if group.met(awaited, m):
+                    del waiters[sid]
+                    out.append(m.wake)
         return out

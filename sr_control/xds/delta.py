@@ -16,6 +16,7 @@ from __future__ import annotations
 from envoy.service.discovery.v3 import discovery_pb2
 
 from sr_control.compiler.protos import CLUSTER, LISTENER
+from sr_control.xds.encoded import Encoded
 from sr_control.xds.snapshot import Snapshot
 from sr_control.xds.stream import Held, Stream, TypeState
 
@@ -24,7 +25,7 @@ _LEGACY_WILDCARD = frozenset({LISTENER, CLUSTER})
 
 
 class DeltaStream(Stream):
-    def on_request(self, req: discovery_pb2.DeltaDiscoveryRequest) -> list[discovery_pb2.DeltaDiscoveryResponse]:
+    def on_request(self, req: discovery_pb2.DeltaDiscoveryRequest) -> list[Encoded]:
         self._open(req)
         self._hooks.received(self.info, req)
         t = req.type_url
@@ -54,19 +55,12 @@ class DeltaStream(Stream):
                 self._hooks.resumed(self.info, t, snapshot.type_version(t))
         return self._advance()
 
-    def _response(
-        self, t: str, version: str, nonce: str, state: TypeState, want: Held, snapshot: Snapshot
-    ) -> discovery_pb2.DeltaDiscoveryResponse:
+    def _response(self, t: str, version: str, nonce: str, state: TypeState, want: Held, snapshot: Snapshot) -> Encoded:
         changed = [
             r
             for r in (self._resource(t, n, snapshot) for n in sorted(want) if state.held.get(n) != want[n])
             if r is not None
         ]
         removed = sorted(n for n in state.held if n not in want)
-        return discovery_pb2.DeltaDiscoveryResponse(
-            system_version_info=version,
-            type_url=t,
-            nonce=nonce,
-            resources=[discovery_pb2.Resource(name=r.name, version=r.version, resource=r.packed) for r in changed],
-            removed_resources=removed,
-        )
+        body, serialized = self._cache.encoder.delta(t, version, changed, removed)
+        return self._encoded(discovery_pb2.DeltaDiscoveryResponse, t, body, serialized, nonce)

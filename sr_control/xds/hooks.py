@@ -45,6 +45,9 @@ class Hooks:
     nacked: Callable[[StreamInfo, str, str, str], None] = _nothing
     # A request came from the node, as read (tests compare a simulated node's with Envoy's).
     received: Callable[[StreamInfo, Any], None] = _nothing
+    # A response body was serialized, of this many bytes: (stream, type URL, bytes). Bodies are
+    # shared by every stream that sends the same content, so this is once per content, not per node.
+    encoded: Callable[[StreamInfo, str, int], None] = _nothing
 
     @staticmethod
     def chain(*hooks: Hooks) -> Hooks:
@@ -60,5 +63,8 @@ class Hooks:
             return call_each
 
         return Hooks(
-            **{name: each(name) for name in ("opened", "closed", "pushed", "acked", "resumed", "nacked", "received")}
+            **{
+                name: each(name)
+                for name in ("opened", "closed", "pushed", "acked", "resumed", "nacked", "received", "encoded")
+            }
         )

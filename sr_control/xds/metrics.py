@@ -35,6 +35,15 @@ class Metrics:
             ["type", "result"],
             registry=self.registry,
         )
+        self.encoded = Counter(
+            "vsr_xds_encoded_bytes",
+            (
+                "Bytes of xDS responses serialized, by type. Each distinct response is serialized once and shared "
+                "by every node it goes to, so an edit adds the same here for 10 nodes or 2,000."
+            ),
+            ["type"],
+            registry=self.registry,
+        )
         self.streams = Gauge("vsr_xds_streams", "Open ADS streams by protocol.", ["protocol"], registry=self.registry)
         self.endpoints = Gauge(
             "vsr_discovery_endpoints",
@@ -60,7 +69,10 @@ class Metrics:
         def nacked(info: StreamInfo, type_url: str, version: str, message: str) -> None:
             self.pushes.labels(type=TYPE_NAMES.get(type_url, type_url), result="nack").inc()
 
-        return Hooks(opened=opened, closed=closed, acked=acked, nacked=nacked)
+        def encoded(info: StreamInfo, type_url: str, size: int) -> None:
+            self.encoded.labels(type=TYPE_NAMES.get(type_url, type_url)).inc(size)
+
+        return Hooks(opened=opened, closed=closed, acked=acked, nacked=nacked, encoded=encoded)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from envoy.service.discovery.v3 import discovery_pb2
 
 from sr_control.compiler.protos import CLUSTER, LISTENER
+from sr_control.xds.encoded import Encoded
 from sr_control.xds.snapshot import Snapshot
 from sr_control.xds.stream import Held, Stream, TypeState
 
@@ -33,7 +34,7 @@ _WHOLE_STATE = frozenset({LISTENER, CLUSTER})
 
 
 class SotwStream(Stream):
-    def on_request(self, req: discovery_pb2.DiscoveryRequest) -> list[discovery_pb2.DiscoveryResponse]:
+    def on_request(self, req: discovery_pb2.DiscoveryRequest) -> list[Encoded]:
         self._open(req)
         self._hooks.received(self.info, req)
         t = req.type_url
@@ -61,12 +62,9 @@ class SotwStream(Stream):
             self._hooks.resumed(self.info, t, req.version_info)
         return self._advance()
 
-    def _response(
-        self, t: str, version: str, nonce: str, state: TypeState, want: Held, snapshot: Snapshot
-    ) -> discovery_pb2.DiscoveryResponse:
+    def _response(self, t: str, version: str, nonce: str, state: TypeState, want: Held, snapshot: Snapshot) -> Encoded:
         names = sorted(want) if t in _WHOLE_STATE else sorted(n for n in want if state.held.get(n) != want[n])
         resources = [r for r in (self._resource(t, name, snapshot) for name in names) if r is not None]
         self._remember(t, resources)
-        return discovery_pb2.DiscoveryResponse(
-            version_info=version, type_url=t, nonce=nonce, resources=[r.packed for r in resources]
-        )
+        body, serialized = self._cache.encoder.sotw(t, version, resources)
+        return self._encoded(discovery_pb2.DiscoveryResponse, t, body, serialized, nonce)

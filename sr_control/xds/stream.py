@@ -48,10 +48,14 @@ from sr_base import log
 from sr_control.compiler.protos import CLUSTER, ENDPOINT, LISTENER, PUSH_ORDER, ROUTE, SIDECAR, TYPE_NAMES
 from sr_control.compiler.resources import Resource, digest
 from sr_control.xds.cache import SnapshotCache
+from sr_control.xds.encoded import Encoded
 from sr_control.xds.hooks import Hooks, StreamInfo
 from sr_control.xds.snapshot import Snapshot
 
 Push = Callable[[], None]  # asks the stream's loop to call on_push()
+# later(seconds, call) -> something with cancel(): the server's event loop, or a thread for a
+# bare stream.
+Later = Callable[[float, Callable[[], None]], Any]
 Held = dict[str, str]  # resource name -> version
 
 # Resources that other resources name: new ones go first, stale ones last.
@@ -113,6 +117,7 @@ class Stream:
         gate_wait: float = GATE_WAIT,
         resync_wait: float = RESYNC_WAIT,
         removal_grace: float = 0.0,  # the server passes REMOVAL_GRACE; a bare stream removes at once
+        later: Later | None = None,
     ) -> None:
         self.info = info
         self._cache = cache
@@ -131,7 +136,8 @@ class Stream:
         # The resources last sent, by type: a SotW response resends every resource the node keeps.
         self._sent: dict[str, dict[str, Resource]] = {}
         self._gate: tuple[tuple[str, str, bool], float] | None = None  # (what waits, deadline)
-        self._timer: threading.Timer | None = None
+        self._later = later or _thread_timer
+        self._timer: Any = None
         self._opened = False
 
     # -- what the protocols call
@@ -288,7 +294,7 @@ class Stream:
             return True
         self._resync_waited = True
         self._arm(left)
-        self._cache.wait(self.info.id)
+        self._cache.wait_until(self.info.id, SIDECAR, snapshot.version, settled=False, every=False)
         return False
 
     def _gate_open(self, t: str, final: bool, snapshot: Snapshot) -> bool:
@@ -301,13 +307,15 @@ class Stream:
                 return False
             return True
         if t == ROUTE and not final:
-            lagging = self._cache.lagging(
-                self.info.node, SIDECAR, snapshot.version, settled=False, exclude=self.info.id
-            )
+            waited, settled = SIDECAR, False
         elif t == SIDECAR and final:
-            lagging = self._cache.lagging(self.info.node, ROUTE, snapshot.version, settled=True, exclude=self.info.id)
+            waited, settled = ROUTE, True
         else:
             return True
+        # A count, not names: every stream asks this on every wake-up while an edit goes out.
+        lagging = self._cache.lagging_count(
+            self.info.node, waited, snapshot.version, settled=settled, exclude=self.info.id
+        )
         key = (snapshot.version, t, final)
         if not lagging:
             self._gate = None
@@ -316,17 +324,16 @@ class Stream:
         if self._gate is None or self._gate[0] != key:
             self._gate = (key, now + self._gate_wait)
             self._arm(self._gate_wait)
-            self._cache.wait(self.info.id)
-            return False
         if now < self._gate[1]:
-            self._cache.wait(self.info.id)
+            self._cache.wait_until(self.info.id, waited, snapshot.version, settled=settled, every=True)
             return False
         waited_for = "sidecar data" if t == ROUTE else "routes"
+        names = self._cache.lagging(self.info.node, waited, snapshot.version, settled=settled, exclude=self.info.id)
         _log.warning(
             f"sending {TYPE_NAMES.get(t, t)} before every node holds the {waited_for}",
             node=self.info.node.id,
             version=snapshot.version,
-            lagging=", ".join(sorted(lagging)),
+            lagging=", ".join(sorted(names)),
             waited_s=self._gate_wait,
         )
         return True
@@ -334,9 +341,13 @@ class Stream:
     def _arm(self, seconds: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = threading.Timer(seconds, self._push)
-        self._timer.daemon = True
-        self._timer.start()
+        self._timer = self._later(seconds, self._push)
+
+    def _encoded(self, kind: type, t: str, body: bytes, serialized: int, nonce: str) -> Encoded:
+        """A response of shared ``body``; ``serialized`` bytes were serialized for it just now."""
+        if serialized:
+            self._hooks.encoded(self.info, t, serialized)
+        return Encoded(kind, body, nonce)
 
     def _send(self, t: str, want: Held, snapshot: Snapshot) -> Any:
         state = self._types[t]
@@ -363,6 +374,13 @@ class Stream:
 
     def _remember(self, t: str, resources: list[Resource]) -> None:
         self._sent[t] = {r.name: r for r in resources}
+
+
+def _thread_timer(seconds: float, call: Callable[[], None]) -> threading.Timer:
+    timer = threading.Timer(seconds, call)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def _lane(t: str) -> str:

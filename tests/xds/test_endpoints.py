@@ -45,7 +45,7 @@ def endpoints(*ips: str) -> Resources:
 def hosts(response: Any) -> list[str]:
     resources = (
         [r.resource for r in response.resources]
-        if isinstance(response, discovery_pb2.DeltaDiscoveryResponse)
+        if response.DESCRIPTOR is discovery_pb2.DeltaDiscoveryResponse.DESCRIPTOR
         else list(response.resources)
     )
     out = []
