@@ -191,6 +191,18 @@ class Stack:
                 str(ports.runtime),
                 "--api-key-env",
                 RUNTIME_KEY_ENV,
+                # The config's tracing as the stack starts: the runtime is no xDS client, so an
+                # edit of it reaches Envoy and the sidecar only (docs/operate.md, Tracing).
+                *(
+                    [
+                        "--otlp-endpoint",
+                        config.tracing.otlp_endpoint,
+                        "--trace-service-name",
+                        config.tracing.service_name,
+                    ]
+                    if config.tracing is not None
+                    else []
+                ),
             ],
             env.runtime,
         )

@@ -7,12 +7,15 @@ model or the request file cannot be used at all. A user error never prints a tra
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import typer
 
+from sr_base.tracing import TracingSettings
 from sr_runtime.errors import CheckpointError
 from sr_runtime.types import DTYPES
 
@@ -223,6 +226,20 @@ def serve(
         ),
     ] = 1,
     noul_model: NoulModel = None,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--otlp-endpoint",
+            help=(
+                "Send a span per request to this OTLP/gRPC collector (HOST:PORT, plaintext); a request the router"
+                " traced joins its trace. Default: OTEL_EXPORTER_OTLP_ENDPOINT when set, else no tracing."
+            ),
+            show_default=False,
+        ),
+    ] = None,
+    trace_service_name: Annotated[
+        str, typer.Option(help="The spans' service is this name with -runtime after it.")
+    ] = "vllm-sr",
 ) -> None:
     """Serve MODEL over the System One API until interrupted.
 
@@ -253,10 +270,26 @@ def serve(
             workers,
             noul_model=_checked_noul_model(noul_model),
             dtype=dtype,
+            tracing=_tracing(otlp_endpoint, trace_service_name),
         )
     except SettingsError as exc:
         raise _fail(str(exc), EXIT_UNUSABLE) from None
     raise typer.Exit(run(settings))
+
+
+def _tracing(endpoint: str | None, service_name: str) -> TracingSettings | None:
+    """--otlp-endpoint, else the OpenTelemetry variable (a URL, http://collector:4317, or HOST:PORT)."""
+    given = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+    if not given:
+        return None
+    address = urlsplit(given).netloc if "://" in given else given
+    host, sep, port = address.rpartition(":")
+    if not host or not sep or not port.isdigit():
+        flag = "--otlp-endpoint" if endpoint else "OTEL_EXPORTER_OTLP_ENDPOINT"
+        raise _fail(
+            f"{flag} {given!r} is not HOST:PORT (an OTLP/gRPC collector, such as localhost:4317)", EXIT_UNUSABLE
+        )
+    return TracingSettings(address, service_name=service_name)
 
 
 @checkpoint_app.command("create")

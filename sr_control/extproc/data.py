@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
+from sr_base.tracing import TracingSettings
 from sr_control.apis import REGISTRY
 from sr_control.config.model import Judge, Signal, VirtualModel
 from sr_control.decide.rules import VirtualModelPlan, compile_virtual_model
@@ -117,6 +118,7 @@ class ListenerData:
     received_at: float = field(default=0.0, compare=False)
     # The virtual models the listener offers (docs/decide/), compiled once per version.
     virtual_models: Mapping[str, VirtualModelPlan] = field(default_factory=dict)
+    tracing: TracingSettings | None = None  # where this version's spans go; None: not traced
 
     @property
     def systemone(self) -> Offer | None:
@@ -223,6 +225,7 @@ def _read(p: Mapping[str, Any], version: str, received_at: float) -> ListenerDat
         auth=AuthRef(auth.get("keys_env"), auth.get("keys_file")) if auth else None,
         received_at=received_at,
         virtual_models=MappingProxyType(_virtual_models(str(decide))) if decide else MappingProxyType({}),
+        tracing=TracingSettings.of(p.get("tracing")),
     )
 
 

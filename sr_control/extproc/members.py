@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from sr_base.tracing import step
 from sr_control.extproc.answer import unreadable, whole_as_sent
 from sr_control.extproc.auth import upstream_key
 from sr_control.extproc.call import Call
@@ -142,6 +143,13 @@ async def _gated_post(
 ) -> Reply | ErrorInfo:
     """``_post`` within the member's ``max_concurrency``: a call waits for its turn only while
     the deadline allows, then the client gets its 504 in the listener's form."""
+    with step(f"call {member.name}", **{"vllm_sr.member": member.name}):
+        return await _gated(sidecar, member, url, body, headers, call)
+
+
+async def _gated(
+    sidecar: Sidecar, member: Member, url: str, body: bytes, headers: list[tuple[str, str]], call: Call
+) -> Reply | ErrorInfo:
     gate = sidecar.pool.gate(member)
     try:
         async with asyncio.timeout(max(0.0, call.remaining_s())):

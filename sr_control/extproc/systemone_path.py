@@ -16,11 +16,13 @@ the ``vllm-sr/auto`` pool and named decision models).
     answer     answer.py     the member's reply re-encoded for the client's schema
 
 ``Call`` (call.py) is the request in flight that the steps hand on. The ext_proc servicer
-(processor.py) calls the three entries below in the order Envoy's messages come.
+(processor.py) calls the three entries below in the order Envoy's messages come. When the
+config traces, each step is a span under the request's (sr_base/tracing.py).
 """
 
 from __future__ import annotations
 
+from sr_base.tracing import step
 from sr_control.extproc.answer import error_answer, reencode
 from sr_control.extproc.call import Call
 from sr_control.extproc.choose import choose
@@ -41,16 +43,21 @@ class SystemOne:
         calls the members and answers (an ``Answer``). The ``Call`` is None when the request
         was answered before any member was chosen."""
         sidecar = self.sidecar
-        call = read(incoming, body, sidecar.metrics)
+        with step("read"):
+            call = read(incoming, body, sidecar.metrics)
         if isinstance(call, Answer):
             return call, None
-        try:
-            call.ranking = await choose(sidecar.pool, incoming, call.req.ir, len(body))
-        except ProtocolError as exc:
-            return error_answer(call.codec, exc, call.req), None
+        with step("choose") as span:
+            try:
+                call.ranking = await choose(sidecar.pool, incoming, call.req.ir, len(body))
+            except ProtocolError as exc:
+                return error_answer(call.codec, exc, call.req), None
+            if span is not None:
+                span.set_attribute("vllm_sr.capable", [m.name for m in call.ranking.capable])
         first = call.ranking.capable[0]
         if first.schema == "vllm-sr/5.0" and envoy_forwards(sidecar.settings.forwarding, first):
-            return through_envoy(sidecar, call, first), call
+            with step("forward", **{"vllm_sr.member": first.name}):
+                return through_envoy(sidecar, call, first), call
         return await call_in_turn(sidecar, call, call.ranking.capable), call
 
     async def response_headers(
@@ -67,7 +74,8 @@ class SystemOne:
 
     def response_body(self, call: Call, status: int, headers: dict[str, str], body: bytes) -> Answer:
         """The member's reply (``status``, ``headers``, ``body``) as the client's answer."""
-        return reencode(call, status, headers, body)
+        with step("answer"):
+            return reencode(call, status, headers, body)
 
 
 __all__ = ["SystemOne"]

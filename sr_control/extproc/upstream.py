@@ -11,6 +11,9 @@ bodies, repeated and non-ASCII headers, interim 1xx replies, split reads).
 Every call has a deadline; a call that cannot connect, times out or breaks off raises
 ``CallFailed`` saying which. A keep-alive connection the member closed while it sat idle is
 found out when the request gets no byte back, and the request goes once more on a new one.
+
+While a traced request is current (sr_base/tracing.py), each call is a span of its own and
+carries that span's ``traceparent``: the member's span is its child.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from functools import lru_cache
 from urllib.parse import urlsplit
 
 import httptools
+
+from sr_base.tracing import outgoing
 
 MAX_BODY = 64 * 1024 * 1024  # a reply bigger than this is not an answer
 _OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
@@ -200,6 +205,27 @@ class Http:
     ) -> Reply:
         if timeout_s <= 0:
             raise CallFailed("timeout", "no time was left for the call")
+        traced = outgoing(method, url)
+        if traced is None:
+            return await self._exchange(method, url, body, headers, timeout_s)
+        try:
+            items = headers.items() if isinstance(headers, Mapping) else headers
+            reply = await self._exchange(method, url, body, [*items, *traced.headers], timeout_s)
+        except BaseException as exc:
+            traced.end(exc)
+            raise
+        traced.answered(reply.status)
+        traced.end()
+        return reply
+
+    async def _exchange(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]],
+        timeout_s: float,
+    ) -> Reply:
         target = _target(url)
         message = _request(method, target, body, headers)
         pool = self._pools.get(target.origin) or self._pools.setdefault(target.origin, _Pool(self._limit))

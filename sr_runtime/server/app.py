@@ -36,6 +36,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sr_base.log import get_logger
+from sr_base.tracing import REQUEST_ID as TRACE_REQUEST_ID
+from sr_base.tracing import set_status, step
 from sr_runtime.server.auth import check_key
 from sr_runtime.server.body import check_parts, read_body
 from sr_runtime.server.bridge import EnginePlan, to_engine, to_reply
@@ -71,21 +73,42 @@ def _runtime(request: HttpRequest) -> Runtime:
 
 
 async def answer(request: HttpRequest) -> Response:
-    """The three System One endpoints: the codec knows which one a path is."""
+    """The three System One endpoints: the codec knows which one a path is. With tracing on, a
+    span per request, the child of the caller's ``traceparent`` (the router's call)."""
     rt = _runtime(request)
+    tracing = rt.tracing
+    if tracing is None:
+        return await _answer(rt, request)
+    attributes = {TRACE_REQUEST_ID: request.headers.get("x-request-id", ""), "vllm_sr.model": rt.settings.model}
+    span = tracing.server_span(f"POST {request.url.path}", request.headers, attributes)
+    try:
+        with tracing.within(span):
+            response = await _answer(rt, request)
+        set_status(span, response.status_code)
+        return response
+    finally:
+        span.end()
+
+
+async def _answer(rt: Runtime, request: HttpRequest) -> Response:
     arrived = time.monotonic()
     req: ClientRequest | None = None
     try:
         check_key(rt.settings.api_key, request.headers)
         body = await read_body(request)
-        req = _read(rt, request, body.json)
+        with step("read"):
+            req = _read(rt, request, body.json)
         if body.multipart:
             check_parts(req.ir, body)
         model, scheduler = rt.ready()
         model.check(req.ir)
         plan = to_engine(req.ir, model.card, body.parts)
-        outcome = await _answered(request, scheduler, plan, _deadline_ms(req.ir.deadline_ms, request.headers), arrived)
-        meta = _meta(outcome)
+        with step("model", **{"vllm_sr.items": len(plan.items)}) as span:
+            deadline_ms = _deadline_ms(req.ir.deadline_ms, request.headers)
+            outcome = await _answered(request, scheduler, plan, deadline_ms, arrived)
+            meta = _meta(outcome)
+            if span is not None:
+                span.set_attributes({f"vllm_sr.{k}": v for k, v in meta["meta"].items()})
         reply = to_reply(plan, outcome.results if outcome else [], model.name, meta, legacy=req.schema == "vllm-sr/4.0")
         # Said of /v1/decisions replies, where a question may fail inside a 200: a sidecar in
         # front need not read a reply that is whole (replies.WHOLE_REPLY_HEADER).

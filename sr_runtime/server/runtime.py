@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 
+from sr_base import tracing
 from sr_base.log import get_logger
 from sr_runtime.errors import CheckpointError
 from sr_runtime.server.errors import Unavailable
@@ -48,6 +49,8 @@ class Runtime:
         self.failure: str | None = None
         self.model: ServedModel | None = None
         self.scheduler: Scheduler | None = None
+        # Made here, in the server process (a worker's own, after the fork), never in the parent.
+        self.tracing = tracing.tracer_for(settings.tracing, "runtime")
         self._load = load
         self._on_failure = on_failure
         self._loaded = threading.Event()
@@ -71,6 +74,8 @@ class Runtime:
         self._thread.join()
         if self.scheduler is not None:
             self.scheduler.close()
+        if self.tracing is not None:
+            tracing.shutdown()  # the spans still buffered go out before the process ends
 
     def _load_model(self) -> None:
         started = time.monotonic()

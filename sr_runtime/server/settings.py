@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sr_base.tracing import TracingSettings
 from sr_runtime.types import DTYPES, device_token_budget
 from systemone import REGISTRY
 
@@ -33,6 +34,7 @@ class ServerSettings:
     workers: int = 1  # server processes on the port, each with its own model (workers.py)
     noul_model: Path | None = None  # `default`'s noul reader, an ONNX file or a Hugging Face folder
     dtype: str = "auto"  # what the weights run in: auto, bfloat16, float16, float32 (sr_runtime/kernels.py)
+    tracing: TracingSettings | None = None  # a span per request to an OTLP collector; None: off
 
     def __post_init__(self) -> None:
         if self.schema not in SCHEMAS:

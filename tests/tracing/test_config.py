@@ -55,6 +55,7 @@ def test_tracing_compiles_to_envoys_opentelemetry_tracer_and_a_collector_cluster
     for hcm in _managers(resources).values():
         assert hcm["tracing"] == {
             "random_sampling": {"value": 25.0},
+            "spawn_upstream_span": True,
             "provider": {
                 "name": "envoy.tracers.opentelemetry",
                 "typed_config": {

@@ -1,0 +1,172 @@
+"""One trace per request across Envoy, the sidecar and the runtime, joined by the request id.
+
+A real Envoy fed by the control plane, a real ``vllm-sr extproc serve`` and a real ``vllm-srun
+serve`` on the tiny checkpoint, with ``tracing`` in the config pointing at a collector in this
+process (collector.py). The runtime learns the collector from OTEL_EXPORTER_OTLP_ENDPOINT, as
+any OpenTelemetry program does. Each part exports in batches; the tests shorten the batch delay
+(OTEL_BSP_SCHEDULE_DELAY for ours, Envoy's runtime keys for Envoy's) and wait for the spans.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from unittest import mock
+
+import pytest
+
+from sr_runtime.presets import create
+from tests.e2e.envoy_proc import Envoy, free_port, wait_for
+from tests.e2e.http_client import Reply
+from tests.e2e.http_client import request as http_request
+from tests.extproc.harness import Plane, Runtime, SidecarProc, envoy_for
+from tests.tracing.collector import Collector, Span
+
+pytestmark = pytest.mark.envoy
+
+SERVER, CLIENT = 2, 3  # OTLP's SpanKind values
+REQUEST_ID = "guid:x-request-id"
+FAST_EXPORT = {"OTEL_BSP_SCHEDULE_DELAY": "50"}
+CONFIG = """\
+version: 2
+deployments:
+  full: {{provider: systemone, endpoint: "{runtime}/v1/systemone", model: tiny, schema: vllm-sr/5.0}}
+pools:
+  vllm-sr/auto: {{members: [full]}}
+listeners:
+  - name: public
+    address: 127.0.0.1
+    port: {port}
+    apis:
+      systemone: {{models: [vllm-sr/auto], max_deadline_ms: 20000}}
+tracing: {{otlp_endpoint: "{collector}"}}
+"""
+BODY = {
+    "model": "vllm-sr/auto",
+    "state": "Our export button fails with a 500 since this morning. Open a ticket.",
+    "questions": {"blocked": {"type": "noul", "instructions": "Does the user report a problem that blocks work?"}},
+}
+
+
+@pytest.fixture(scope="module")
+def collector() -> Iterator[Collector]:
+    found = Collector()
+    try:
+        yield found
+    finally:
+        found.stop()
+
+
+@pytest.fixture(scope="module")
+def runtime(collector: Collector, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    directory = tmp_path_factory.mktemp("traced-runtime")
+    checkpoint = create(directory / "tiny", "llama-prefix-bidir", seed=0)
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{collector.endpoint}", **FAST_EXPORT}
+    with mock.patch.dict(os.environ, env):  # Runtime passes the test's environment on
+        runtime = Runtime(checkpoint, directory / "runtime.log").start()
+    try:
+        yield runtime.wait()
+    finally:
+        runtime.stop()
+
+
+@dataclass
+class Stack:
+    port: int
+    forwarding: str  # who calls the runtime: the sidecar, or Envoy
+
+    def post(self, body: Any) -> Reply:
+        return http_request(
+            self.port, "POST", "/v1/systemone", json.dumps(body).encode(), {"content-type": "application/json"}
+        )
+
+
+@pytest.fixture(scope="module", params=["sidecar", "envoy"])
+def stack(
+    request: pytest.FixtureRequest, collector: Collector, runtime: Runtime, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """``sidecar``: the sidecar calls the runtime itself; ``envoy``: Envoy forwards to it."""
+    forwarding = request.param
+    directory = tmp_path_factory.mktemp(f"traced-{forwarding}")
+    port, sidecar_port = free_port(), free_port()
+    text = CONFIG.format(runtime=runtime.url, port=port, collector=collector.endpoint)
+    parts: list[Any] = []
+    try:
+        plane = Plane(directory, text, sidecar_port)
+        parts.append(plane)
+        args = ("--forwarding", forwarding)
+        parts.append(SidecarProc(directory, plane.port, port=sidecar_port, env=FAST_EXPORT, args=args).wait())
+        envoy = envoy_for(directory, plane, sidecar_port)
+        parts.append(envoy)
+        # Envoy exports every 5 s, or once 5 spans wait: at once here.
+        _post_admin(envoy, "/runtime_modify?tracing.opentelemetry.min_flush_spans=1")
+        wait_for(lambda: _answers(port), timeout=60, what="the listener to answer")
+        yield Stack(port, forwarding)
+    finally:
+        for part in reversed(parts):
+            part.stop()
+
+
+def test_one_trace_spans_envoy_the_sidecar_and_the_runtime(stack: Stack, collector: Collector) -> None:
+    reply = stack.post(BODY)
+    assert reply.status == 200, reply.body
+    request_id = reply.headers["x-request-id"]
+
+    def whole(spans: list[Span]) -> bool:
+        services = {s.service for s in spans if s.attributes.get(REQUEST_ID) == request_id}
+        return services == {"vllm-sr-envoy", "vllm-sr-sidecar", "vllm-sr-runtime"}
+
+    tagged = [s for s in collector.wait(whole) if s.attributes.get(REQUEST_ID) == request_id]
+    traces = {s.trace_id for s in tagged}
+    assert len(traces) == 1, tagged
+    trace = [s for s in collector.wait(lambda spans: _trace_complete(spans, traces)) if s.trace_id in traces]
+    by_id = {s.span_id: s for s in trace}
+
+    def parent(span: Span) -> Span:
+        return by_id[span.parent_id]
+
+    # Envoy's span for the request is the root, and every other span descends from it.
+    (root,) = [s for s in trace if not s.parent_id]
+    assert root.service == "vllm-sr-envoy" and root.kind == SERVER
+    for span in trace:
+        chain = [span]
+        while chain[-1].parent_id:
+            chain.append(parent(chain[-1]))
+        assert chain[-1] is root, chain
+    # The sidecar's span is a child of Envoy's ext_proc call.
+    (sidecar,) = [s for s in trace if s.service == "vllm-sr-sidecar" and s.kind == SERVER]
+    assert parent(sidecar).service == "vllm-sr-envoy" and parent(sidecar).kind == CLIENT
+    assert sidecar.attributes["vllm_sr.listener"] == "public"
+    assert {"read", "choose"} <= {s.name for s in trace if s.service == "vllm-sr-sidecar"}
+    # The runtime's span is a child of whoever called it: the sidecar's call, or Envoy's forward.
+    (member,) = [s for s in trace if s.service == "vllm-sr-runtime" and s.kind == SERVER]
+    assert member.name == "POST /v1/decisions"
+    caller = parent(member)
+    assert caller.service == f"vllm-sr-{stack.forwarding}" and caller.kind == CLIENT
+    assert {"read", "model"} <= {s.name for s in trace if s.parent_id == member.span_id}
+    # One request id on the spans of all three, as the client got it.
+    assert {s.attributes[REQUEST_ID] for s in (root, sidecar, member)} == {request_id}
+
+
+def _trace_complete(spans: list[Span], traces: set[str]) -> bool:
+    """Every span of the trace has arrived: each parent named is there."""
+    trace = [s for s in spans if s.trace_id in traces]
+    ids = {s.span_id for s in trace}
+    return bool(trace) and all(not s.parent_id or s.parent_id in ids for s in trace)
+
+
+def _answers(port: int) -> bool:
+    try:
+        return http_request(port, "GET", "/v1/models", None, {}).status == 200
+    except OSError:
+        return False
+
+
+def _post_admin(envoy: Envoy, path: str) -> None:
+    req = urllib.request.Request(f"http://127.0.0.1:{envoy.admin_port}{path}", method="POST")
+    with urllib.request.urlopen(req, timeout=5) as reply:
+        assert reply.status == 200
