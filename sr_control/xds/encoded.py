@@ -31,7 +31,7 @@ class Encoded:
 
     __slots__ = ("_kind", "_message", "body", "nonce")
 
-    def __init__(self, kind: type, body: bytes, nonce: str) -> None:
+    def __init__(self, kind: Any, body: bytes, nonce: str) -> None:
         self._kind = kind
         self.body = body
         self.nonce = nonce
@@ -56,7 +56,7 @@ class Encoded:
 
 def wire(response: Any) -> bytes:
     """The bytes gRPC sends for a stream's response (an Encoded, or a message built elsewhere)."""
-    return response.wire() if isinstance(response, Encoded) else response.SerializeToString()  # type: ignore[no-any-return]
+    return response.wire() if isinstance(response, Encoded) else bytes(response.SerializeToString())
 
 
 class Encoder:
