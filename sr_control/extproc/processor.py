@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
@@ -31,6 +31,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from sr_base.log import get_logger
+from sr_base.tracing import REQUEST_ID, TRACE_HEADERS, Tracing, set_status, step, tracer_for
 from sr_control.compiler.names import CLUSTER_HEADER
 from sr_control.extproc import envoy, llm
 from sr_control.extproc.answer import error_answer, whole_as_sent
@@ -45,6 +46,9 @@ from sr_control.extproc.read import listener_codec
 from sr_control.extproc.systemone_path import SystemOne
 from systemone import ProtocolError
 from systemone.replies import WHOLE_REPLY_HEADER
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 LISTING_API = "models"
 VERSION_HEADER = "x-vsr-config-version"
@@ -70,7 +74,8 @@ class Processor(pb_grpc.ExternalProcessorServicer):
         exchange = Exchange(
             self.sidecar,
             self.systemone,
-            {k: v for k, v in context.invocation_metadata() or () if k.startswith("x-vsr-")},
+            # Envoy's route names listener, API and version; its tracer adds the trace context.
+            {k: v for k, v in context.invocation_metadata() or () if k.startswith("x-vsr-") or k in TRACE_HEADERS},
         )
         try:
             async for message in requests:
@@ -98,8 +103,16 @@ class Exchange:
         self.status: int | None = None  # what the client got
         self.decided: Decided | None = None  # an LLM request the Decide path routed
         self.done = False
+        self.span: _Traced | None = None  # the request's span when its config traces (sr_base/tracing.py)
 
     async def handle(self, message: pb.ProcessingRequest) -> pb.ProcessingResponse:
+        if self.span is None:
+            return await self._handle(message)
+        # Each phase runs under the request's span: its steps and calls are the span's children.
+        with self.span.tracing.within(self.span.span):
+            return await self._handle(message)
+
+    async def _handle(self, message: pb.ProcessingRequest) -> pb.ProcessingResponse:
         kind = message.WhichOneof("request")
         try:
             if kind == "request_headers":
@@ -136,6 +149,15 @@ class Exchange:
             )
             return self._immediate(self._unknown_version(version))
         request_id = headers.get("x-request-id") or uuid.uuid4().hex
+        tracing = tracer_for(data.tracing, "sidecar")
+        if tracing is not None:
+            attributes = {
+                REQUEST_ID: request_id,
+                "vllm_sr.listener": self.listener,
+                "vllm_sr.api": self.api,
+                "vllm_sr.config_version": version,
+            }
+            self.span = _Traced(tracing, tracing.server_span(f"ext_proc {self.api}", self.meta, attributes))
         incoming = self.incoming = Incoming(
             self.listener,
             self.api,
@@ -165,7 +187,8 @@ class Exchange:
         elif self.api in incoming.data.offers:
             plan = virtual_model(incoming, body)
             if plan is not None:
-                out, self.decided = await decide_request(self.sidecar, incoming, body, plan)
+                with step("decide"):
+                    out, self.decided = await decide_request(self.sidecar, incoming, body, plan)
             else:
                 out = llm.route(incoming, body)
         else:
@@ -317,12 +340,30 @@ class Exchange:
     def finish(self) -> None:
         if self.call is not None and self.call.member is not None:
             self.sidecar.pool.end(self.call.member)  # the stream ended before the member answered
+        if self.span is not None:
+            self.span.end(self.status, self.call.answered_by if self.call is not None else None)
         if self.status is None:
             return  # Envoy gave up on the request (client gone): nothing was answered
         api = self.api or "unknown"
         listener = self.listener or "unknown"
         self.sidecar.metrics.requests.labels(listener, api, str(self.status) if self.status else "forwarded").inc()
         self.sidecar.metrics.seconds.labels(listener, api).observe(time.monotonic() - self.started)
+
+
+class _Traced:
+    """A traced request's span in the sidecar, with the Tracing that made it."""
+
+    __slots__ = ("span", "tracing")
+
+    def __init__(self, tracing: Tracing, span: Span) -> None:
+        self.tracing, self.span = tracing, span
+
+    def end(self, status: int | None, member: str | None) -> None:
+        if status:
+            set_status(self.span, status)
+        if member is not None:
+            self.span.set_attribute("vllm_sr.member", member)
+        self.span.end()
 
 
 __all__ = ["Exchange", "Processor"]
