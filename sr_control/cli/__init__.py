@@ -11,6 +11,7 @@ from sr_base import log
 from sr_control import __version__
 from sr_control.cli import config as config_cmd
 from sr_control.cli import extproc as extproc_cmd
+from sr_control.cli import logs as logs_cmd
 from sr_control.cli import plan as plan_cmd
 from sr_control.cli import request as request_cmd
 from sr_control.cli import route as route_cmd
@@ -44,6 +45,7 @@ app.command(name="serve")(serve_cmd.serve)
 app.command(name="route")(route_cmd.route)
 app.command(name="status")(status_cmd.status)
 app.command(name="request")(request_cmd.request)
+app.command(name="logs")(logs_cmd.logs)
 
 
 def _version(value: bool) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from sr_control.stack import Ports
 from tests.conftest import ROOT, run_cli
+from tests.e2e.envoy_proc import wait_for
 from tests.stack.test_serve_stack import _free_offset, start_stack
 
 pytestmark = [pytest.mark.envoy, pytest.mark.slow]
@@ -36,8 +37,18 @@ def test_status_versions_and_request_against_vllm_sr_serve(tmp_path: Path) -> No
         assert (state / "versions" / f"{versions['live']}.yaml").read_text() == (state / "config.yaml").read_text()
 
         seed = ROOT / "examples" / "requests" / "seed-002-curl.json"
-        answered = run_cli("request", "-l", f"http://127.0.0.1:{ports.listener}", str(seed))
+        answered = run_cli("request", "-l", f"http://127.0.0.1:{ports.listener}", str(seed), "--xds", where[1])
         assert answered.returncode == 0 and "urgent (noul): noul=" in answered.stdout
+        assert f"config version    {report['control_plane']['version']}  (live" in answered.stdout
+        # The request, found by its id in the stack's logs (Envoy's access log line).
+        request_id = answered.stdout.split("request id", 1)[1].split()[0]
+
+        def logged() -> str:
+            done = run_cli("logs", "--state-dir", str(state), "--request-id", request_id)
+            return done.stdout if done.returncode == 0 else ""
+
+        line = wait_for(logged, timeout=20, what="the request's access log line")
+        assert line.startswith("envoy ") and '"path":"/v1/systemone"' in line.replace(" ", "")
     finally:
         os.killpg(stack.pid, signal.SIGTERM)
         stack.wait(timeout=60)
