@@ -30,7 +30,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.accesslog.v3 import als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-from sr_base import log
+from sr_base import log, tracing
 from sr_base.workers import Report, Workers
 from sr_control.extproc.auth import KeyRing
 from sr_control.extproc.cards import CardBook
@@ -111,7 +111,7 @@ class Worker:
                 sum(1 for v in store.versions() if v.listener == data.listener)
             )
 
-        self.subscription = Subscription(s.xds, store, self.node, s.listeners, on_change=changed)
+        self.subscription = Subscription(s.xds, store, self.node, s.listeners, on_change=changed, tls=s.xds_tls)
         self._subscribing = asyncio.ensure_future(self.subscription.run())
         tasks: list[asyncio.Future[None]] = [self._subscribing]
         if on_status is not None:
@@ -184,7 +184,7 @@ class Worker:
             "listen": self.settings.listen,
             "status": self.status_at or None,
             "xds": {
-                "target": self.settings.xds,
+                "target": self.subscription.target,  # the control plane in use, of those given
                 "connected": sub.connected,
                 "last_error": sub.last_error,
                 "received": sub.received,
@@ -297,6 +297,7 @@ def serve(
         run_loop(worker.run())
     finally:
         http.stop()
+        tracing.shutdown()  # the spans still buffered go out before the process ends
     return 0
 
 
@@ -325,7 +326,11 @@ def _worker_main(index: int, report: Report, settings: SidecarSettings) -> None:
     """A worker process: PROMETHEUS_MULTIPROC_DIR is set, so its metrics land in shared files."""
     worker = Worker(settings, reuse_port=True)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
-    run_loop(worker.run(on_status=report))
+    try:
+        run_loop(worker.run(on_status=report))
+    finally:
+        # A spawned process ends without running atexit: the buffered spans go out here.
+        tracing.shutdown()
 
 
 def _supervise(

@@ -14,6 +14,7 @@ import os
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -62,12 +63,21 @@ def collector() -> Iterator[Collector]:
 
 
 @pytest.fixture(scope="module")
-def runtime(collector: Collector, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    directory = tmp_path_factory.mktemp("traced-runtime")
-    checkpoint = create(directory / "tiny", "llama-prefix-bidir", seed=0)
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{collector.endpoint}", **FAST_EXPORT}
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return create(tmp_path_factory.mktemp("traced-checkpoint") / "tiny", "llama-prefix-bidir", seed=0)
+
+
+def traced_runtime(checkpoint: Path, log: Path, collector: Collector, **env: str) -> Runtime:
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{collector.endpoint}", **env}
     with mock.patch.dict(os.environ, env):  # Runtime passes the test's environment on
-        runtime = Runtime(checkpoint, directory / "runtime.log").start()
+        return Runtime(checkpoint, log).start()
+
+
+@pytest.fixture(scope="module")
+def runtime(checkpoint: Path, collector: Collector, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    runtime = traced_runtime(
+        checkpoint, tmp_path_factory.mktemp("traced-runtime") / "runtime.log", collector, **FAST_EXPORT
+    )
     try:
         yield runtime.wait()
     finally:
@@ -150,6 +160,26 @@ def test_one_trace_spans_envoy_the_sidecar_and_the_runtime(stack: Stack, collect
     assert {"read", "model"} <= {s.name for s in trace if s.parent_id == member.span_id}
     # One request id on the spans of all three, as the client got it.
     assert {s.attributes[REQUEST_ID] for s in (root, sidecar, member)} == {request_id}
+
+
+def test_a_runtime_called_directly_starts_a_trace_and_sends_it_when_it_stops(
+    checkpoint: Path, collector: Collector, tmp_path: Path
+) -> None:
+    # Batches every 10 minutes: only the flush at stop can send the span in time.
+    runtime = traced_runtime(checkpoint, tmp_path / "runtime.log", collector, OTEL_BSP_SCHEDULE_DELAY="600000")
+    try:
+        runtime.wait()
+        port = int(runtime.url.rsplit(":", 1)[1])
+        headers = {"content-type": "application/json", "x-request-id": "direct-1"}
+        body = {**BODY, "model": "tiny"}
+        reply = http_request(port, "POST", "/v1/systemone", json.dumps(body).encode(), headers)
+        assert reply.status == 200, reply.body
+    finally:
+        runtime.stop()
+    spans = collector.wait(lambda spans: any(s.attributes.get(REQUEST_ID) == "direct-1" for s in spans))
+    (span,) = [s for s in spans if s.attributes.get(REQUEST_ID) == "direct-1"]
+    assert (span.service, span.name, span.parent_id) == ("vllm-sr-runtime", "POST /v1/systemone", "")
+    assert span.attributes["http.response.status_code"] == 200
 
 
 def _trace_complete(spans: list[Span], traces: set[str]) -> bool:
