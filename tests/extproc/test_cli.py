@@ -122,8 +122,10 @@ def test_two_workers_share_the_port_and_one_metrics_view(
             assert response.immediate_response.status.code == 422
         text = sidecar.metrics()
         assert metric(text, "vsr_extproc_requests_total", listener="v50", api="systemone", status="422") == 12
-        nodes = [n["id"] for n in get_json(world.plane.status_url)[1]["nodes"]]
+        nodes = {n["id"]: n for n in get_json(world.plane.status_url)[1]["nodes"]}
         assert all(w["node"] in nodes for w in status)  # each worker is a node of the control plane
+        # ... and each tells it the one status port they share (vllm-sr status reads it once).
+        assert {nodes[w["node"]]["status_address"] for w in status} == {f"127.0.0.1:{sidecar.status_port}"}
     finally:
         assert sidecar.stop() == 0
 
