@@ -15,6 +15,7 @@ from sr_control.compiler import compile as compile_config
 from sr_control.compiler.envoy import EnvoyMissing, Validation, validate
 from sr_control.compiler.output import documents, write
 from sr_control.compiler.protos import PUSH_ORDER, TYPE_NAMES
+from sr_control.compiler.settings import XdsTls
 from sr_control.config import load as loader
 
 
@@ -35,17 +36,64 @@ def address(text: str) -> Address:
         raise typer.BadParameter(str(exc)) from None
 
 
+def addresses(text: str) -> tuple[Address, ...]:
+    """``HOST:PORT[,HOST:PORT...]``: control planes serving one config, tried in this order."""
+    try:
+        return tuple(Address.parse(part.strip()) for part in text.split(","))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def xds_tls(cert: str, key: str, ca: str) -> XdsTls | None:
+    """The certificate a node presents to the control plane: all three files, or none (plaintext)."""
+    given = {"--xds-cert": cert, "--xds-key": key, "--xds-ca": ca}
+    if not any(given.values()):
+        return None
+    missing = [flag for flag, value in given.items() if not value]
+    if missing:
+        raise typer.BadParameter(
+            f"mTLS to the control plane needs --xds-cert, --xds-key and --xds-ca; missing {', '.join(missing)}"
+        )
+    return XdsTls(cert=cert, key=key, ca=ca)
+
+
 def compile_command(
     file: Annotated[Path, typer.Argument(help="The router config to compile.", show_default=False)],
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Directory to write the files into.", show_default=False)
     ],
     xds: Annotated[
-        Address,
+        str,
         typer.Option(
-            "--xds", parser=address, metavar="HOST:PORT", help="Where Envoy reaches the control plane (bootstrap.yaml)."
+            "--xds",
+            metavar="HOST:PORT[,HOST:PORT]",
+            help=(
+                "Where Envoy reaches the control plane (bootstrap.yaml); several replicas separated by commas, "
+                "a lost stream reopening on another."
+            ),
         ),
-    ] = "127.0.0.1:18000",  # type: ignore[assignment]
+    ] = "127.0.0.1:18000",
+    xds_cert: Annotated[
+        str,
+        typer.Option(
+            "--xds-cert",
+            metavar="PATH",
+            help="ADS over mTLS: the certificate Envoy presents to the control plane (a path where Envoy runs).",
+            show_default=False,
+        ),
+    ] = "",
+    xds_key: Annotated[
+        str, typer.Option("--xds-key", metavar="PATH", help="ADS over mTLS: its private key.", show_default=False)
+    ] = "",
+    xds_ca: Annotated[
+        str,
+        typer.Option(
+            "--xds-ca",
+            metavar="PATH",
+            help="ADS over mTLS: the CA the control plane's certificate must chain to.",
+            show_default=False,
+        ),
+    ] = "",
     sidecar: Annotated[
         Address,
         typer.Option(
@@ -72,7 +120,16 @@ def compile_command(
     inline, for envoy --mode validate or running without a control plane).
     """
     config = loader.load(file)
-    settings = Settings(xds=xds, sidecar=sidecar, admin=admin, node_id=node_id, ads=ads.value)
+    first, *replicas = addresses(xds)
+    settings = Settings(
+        xds=first,
+        xds_replicas=tuple(replicas),
+        xds_tls=xds_tls(xds_cert, xds_key, xds_ca),
+        sidecar=sidecar,
+        admin=admin,
+        node_id=node_id,
+        ads=ads.value,
+    )
     try:
         resources = compile_config(config, settings)
         files = documents(resources, bootstrap(settings), static_bootstrap(config, settings))

@@ -7,9 +7,8 @@ from typing import Annotated
 
 import typer
 
-from sr_control.cli.compile import address
+from sr_control.cli.compile import addresses, xds_tls
 from sr_control.cli.errors import EXIT_UNREADABLE, fail
-from sr_control.compiler import Address
 from sr_control.extproc.server import serve as serve_sidecar
 from sr_control.extproc.settings import SidecarSettings
 
@@ -32,15 +31,38 @@ def _listeners(text: str) -> tuple[str, ...]:
 @app.command()
 def serve(
     xds: Annotated[
-        Address,
+        str,
         typer.Option(
             "--xds",
-            parser=address,
-            metavar="HOST:PORT",
-            help="The control plane's ADS port, where the sidecar subscribes to its data.",
+            metavar="HOST:PORT[,HOST:PORT]",
+            help=(
+                "The control plane's ADS port, where the sidecar subscribes to its data; several replicas "
+                "separated by commas, tried in turn when one fails."
+            ),
             show_default=False,
         ),
     ],
+    xds_cert: Annotated[
+        str,
+        typer.Option(
+            "--xds-cert",
+            metavar="PATH",
+            help="ADS over mTLS: the certificate the sidecar presents.",
+            show_default=False,
+        ),
+    ] = "",
+    xds_key: Annotated[
+        str, typer.Option("--xds-key", metavar="PATH", help="ADS over mTLS: its private key.", show_default=False)
+    ] = "",
+    xds_ca: Annotated[
+        str,
+        typer.Option(
+            "--xds-ca",
+            metavar="PATH",
+            help="ADS over mTLS: the CA the control plane's certificate must chain to.",
+            show_default=False,
+        ),
+    ] = "",
     host: Annotated[
         str, typer.Option(help="Address to listen on (the sidecar runs beside Envoy: loopback by default).")
     ] = "127.0.0.1",
@@ -112,7 +134,8 @@ def serve(
         raise typer.BadParameter("auto, envoy or sidecar", param_hint="--forwarding")
     try:
         settings = SidecarSettings(
-            xds=str(xds),
+            xds=",".join(str(a) for a in addresses(xds)),
+            xds_tls=xds_tls(xds_cert, xds_key, xds_ca),
             host=host,
             port=port,
             socket=socket,

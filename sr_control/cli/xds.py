@@ -16,7 +16,9 @@ from sr_control.compiler import Address, Settings
 from sr_control.pools import discovery_from
 from sr_control.xds import ControlPlane
 from sr_control.xds.server import MAX_STREAMS
+from sr_control.xds.tls import ServerTls, TlsError, check_plaintext
 from sr_control.xds.versions import KEEP
+from sr_control.xds.watch import RECHECK_S
 
 app = typer.Typer(help="Serve router configs to Envoy over xDS.", no_args_is_help=True)
 
@@ -29,7 +31,15 @@ def serve(
             "--config", "-c", help="The router config; edits are served as they are saved.", show_default=False
         ),
     ],
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    host: Annotated[
+        str,
+        typer.Option(
+            help=(
+                "Address to listen on. Plaintext is served on loopback only: elsewhere give "
+                "--tls-cert/--tls-key/--client-ca, or --insecure."
+            )
+        ),
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="gRPC ADS port (state of the world and delta).")] = 18000,
     status_port: Annotated[
         int, typer.Option(help="HTTP port for /status, /metrics, /healthz (ready) and /livez (alive).")
@@ -44,8 +54,16 @@ def serve(
         ),
     ] = "127.0.0.1:18080",  # type: ignore[assignment]
     poll_interval: Annotated[
-        float, typer.Option(help="Seconds between checks of the config file.", min=0.005, max=10.0)
-    ] = 0.025,
+        float,
+        typer.Option(
+            help=(
+                "Seconds between re-checks of the config file that no file-system event prompted "
+                "(edits are seen through inotify at once; this covers file systems that report none)."
+            ),
+            min=0.005,
+            max=600.0,
+        ),
+    ] = RECHECK_S,
     settle: Annotated[
         float,
         typer.Option(
@@ -93,6 +111,27 @@ def serve(
         ),
     ] = None,
     keep: Annotated[int, typer.Option(help="How many served versions to keep.", min=1)] = KEEP,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(help="Serve ADS over mTLS: the control plane's certificate (PEM).", show_default=False),
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="Its private key (PEM).", show_default=False)] = None,
+    client_ca: Annotated[
+        Path | None,
+        typer.Option(
+            help="The CA every node's certificate must chain to; a node without one is refused.", show_default=False
+        ),
+    ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help=(
+                "Serve plaintext ADS on a non-loopback --host: whoever reaches the port can read every "
+                "listener, deployment and endpoint. Only where the network in front of it is trusted."
+            ),
+        ),
+    ] = False,
 ) -> None:
     """Serve a config over xDS and push every valid edit.
 
@@ -104,6 +143,17 @@ def serve(
 
     Runs until SIGTERM or Ctrl-C.
     """
+    given = {"--tls-cert": tls_cert, "--tls-key": tls_key, "--client-ca": client_ca}
+    if any(given.values()) and not all(given.values()):
+        missing = ", ".join(flag for flag, value in given.items() if value is None)
+        raise fail(
+            f"error: ADS over mTLS needs --tls-cert, --tls-key and --client-ca; missing {missing}", EXIT_UNREADABLE
+        )
+    tls = ServerTls(tls_cert, tls_key, client_ca) if tls_cert and tls_key and client_ca else None
+    try:
+        check_plaintext(host, tls, insecure)
+    except TlsError as exc:
+        raise fail(f"error: {exc}", EXIT_UNREADABLE) from None
     try:
         discovery = discovery_from(kubeconfig, namespace, in_cluster="KUBERNETES_SERVICE_HOST" in os.environ)
     except ValueError as exc:
@@ -120,10 +170,11 @@ def serve(
         discovery=discovery,
         state_dir=state_dir,
         keep=keep,
+        tls=tls,
     )
     try:
         plane.start()
-    except OSError as exc:
+    except (OSError, TlsError) as exc:
         raise fail(f"error: {exc}", EXIT_UNREADABLE) from None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -18,7 +18,7 @@ from sr_control.compiler.offer import listener_offer
 from sr_control.compiler.protos import Bootstrap, typed_struct
 from sr_control.compiler.resources import Resource, Resources
 from sr_control.compiler.routes import route_configuration
-from sr_control.compiler.settings import Settings
+from sr_control.compiler.settings import XDS_BACKOFF, Settings
 from sr_control.compiler.sidecar import SidecarData
 from sr_control.compiler.templates import fill
 from sr_control.config.model import RouterConfig
@@ -35,6 +35,7 @@ def bootstrap(settings: Settings = Settings()) -> Bootstrap:
         "bootstrap/ads",
         api_type="DELTA_GRPC" if settings.ads == "delta" else "GRPC",
         xds_cluster=names.XDS_CLUSTER,
+        xds_retry=fill("bootstrap/xds_retry", base=_seconds(XDS_BACKOFF[0]), max=_seconds(XDS_BACKOFF[1])),
         xds_cluster_resource=xds_cluster(settings),
         **_common(settings),
     )
@@ -55,6 +56,10 @@ def static_bootstrap(config: RouterConfig, settings: Settings = Settings()) -> B
         "bootstrap/static", listeners=listeners, clusters=clusters(config, settings, eds=False), **_common(settings)
     )
     return parse(doc, Bootstrap, "envoy-static")
+
+
+def _seconds(s: float) -> str:
+    return f"{s:g}s"
 
 
 def _common(settings: Settings) -> dict[str, object]:

@@ -121,7 +121,14 @@ def xds_cluster(settings: Settings, keepalive_s: int = 30) -> dict[str, Any]:
     # The ADS stream idles between pushes. Pings notice a control plane that vanished without
     # closing the connection (its node died), so Envoy reconnects to the one that replaced it.
     http2 = {"connection_keepalive": {"interval": f"{keepalive_s}s", "timeout": "5s"}}
-    return _grpc_cluster(names.XDS_CLUSTER, settings.xds, max_requests=1024, http2=http2)
+    planes = settings.control_planes
+    # Several control planes: a stream lost with one is reopened on a host the LB picks, so a
+    # dead one must be out of the pick at once: each is checked every second and one failed
+    # check (a refused connect) ejects it; the first passing check brings it back.
+    health = [fill("cluster/xds_health_check")] if len(planes) > 1 else None
+    tls = settings.xds_tls
+    transport = fill("cluster/xds_tls", cert=tls.cert, key=tls.key, ca=tls.ca) if tls is not None else None
+    return _grpc_cluster(names.XDS_CLUSTER, planes, max_requests=1024, http2=http2, health=health, transport=transport)
 
 
 def otlp_cluster(tracing: Tracing) -> dict[str, Any]:
@@ -171,12 +178,23 @@ def _cluster(
     )
 
 
-def _grpc_cluster(name: str, address: Address, *, max_requests: int, http2: dict[str, Any]) -> dict[str, Any]:
-    if address.path:
-        endpoint = fill("cluster/endpoint", address={"pipe": {"path": address.path}}, hostname=None)
-    else:
-        endpoint = fill("cluster/endpoint", address=_socket(address.host, address.port), hostname=address.host)
-    static = bool(address.path) or address.is_ip
+def _grpc_cluster(
+    name: str,
+    addresses: Address | Sequence[Address],
+    *,
+    max_requests: int,
+    http2: dict[str, Any],
+    health: list[Any] | None = None,
+    transport: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    addresses = (addresses,) if isinstance(addresses, Address) else tuple(addresses)
+    endpoints = [
+        fill("cluster/endpoint", address={"pipe": {"path": a.path}}, hostname=None)
+        if a.path
+        else fill("cluster/endpoint", address=_socket(a.host, a.port), hostname=a.host)
+        for a in addresses
+    ]
+    static = all(bool(a.path) or a.is_ip for a in addresses)
     return fill(
         "cluster/cluster",
         name=name,
@@ -184,7 +202,7 @@ def _grpc_cluster(name: str, address: Address, *, max_requests: int, http2: dict
         dns_lookup_family=None if static else "V4_PREFERRED",
         connect_timeout="1s",
         buffer_limit=BUFFER_LIMIT,
-        load_assignment=fill("cluster/load_assignment", name=name, endpoints=[endpoint]),
+        load_assignment=fill("cluster/load_assignment", name=name, endpoints=endpoints),
         eds_cluster_config=None,
         ignore_health_on_host_removal=None,
         # gRPC needs HTTP/2, set the non-deprecated way (gotcha 9).
@@ -192,8 +210,8 @@ def _grpc_cluster(name: str, address: Address, *, max_requests: int, http2: dict
         upstream_options=None,
         http_filters=None,
         outlier_detection=None,
-        health_checks=None,
-        transport_socket=None,
+        health_checks=health,
+        transport_socket=transport,
         max_connections=1024,
         max_pending_requests=1024,
         max_requests=max_requests,

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 AdsMode = Literal["sotw", "delta"]
+# How long a node waits before reopening a lost ADS stream, in seconds: a random wait below
+# base * 2**n, never above max (full jitter, as Envoy's own back-off draws it). Capped at 1 s so
+# every node is back within about a second of a restarted control plane serving, and jittered
+# so a fleet does not reconnect in one burst. Envoy's bootstrap and the sidecar share it.
+XDS_BACKOFF = (0.1, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +54,22 @@ class Address:
 
 
 @dataclass(frozen=True, slots=True)
+class XdsTls:
+    """The certificate a node presents to the control plane, and the CA it checks the control
+    plane's against: file paths where Envoy (or the sidecar) runs, read by it, never by us."""
+
+    cert: str
+    key: str
+    ca: str
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     xds: Address = Address("127.0.0.1", 18000)
+    # More control planes on the same config (replicas): Envoy's xDS cluster balances over all,
+    # and a stream lost with one reconnects to another (docs/xds/scale.md, Two replicas).
+    xds_replicas: tuple[Address, ...] = ()
+    xds_tls: XdsTls | None = None  # None: plaintext ADS (a loopback control plane)
     # The ext_proc sidecar runs beside Envoy (same pod), hence loopback by default.
     sidecar: Address = Address("127.0.0.1", 18080)
     admin: Address = Address("127.0.0.1", 9901)
@@ -60,5 +79,9 @@ class Settings:
     ca_file: str = "/etc/ssl/certs/ca-certificates.crt"
     max_downstream_connections: int = 50_000
 
+    @property
+    def control_planes(self) -> tuple[Address, ...]:
+        return (self.xds, *self.xds_replicas)
 
-__all__ = ["AdsMode", "Address", "Settings"]
+
+__all__ = ["XDS_BACKOFF", "AdsMode", "Address", "Settings", "XdsTls"]

@@ -111,7 +111,7 @@ class Worker:
                 sum(1 for v in store.versions() if v.listener == data.listener)
             )
 
-        self.subscription = Subscription(s.xds, store, self.node, s.listeners, on_change=changed)
+        self.subscription = Subscription(s.xds, store, self.node, s.listeners, on_change=changed, tls=s.xds_tls)
         self._subscribing = asyncio.ensure_future(self.subscription.run())
         tasks: list[asyncio.Future[None]] = [self._subscribing]
         if on_status is not None:
@@ -184,7 +184,7 @@ class Worker:
             "listen": self.settings.listen,
             "status": self.status_at or None,
             "xds": {
-                "target": self.settings.xds,
+                "target": self.subscription.target,  # the control plane in use, of those given
                 "connected": sub.connected,
                 "last_error": sub.last_error,
                 "received": sub.received,

@@ -5,12 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from sr_control.compiler.settings import XdsTls
+
 Forwarding = Literal["auto", "envoy", "sidecar"]
 
 
 @dataclass(frozen=True, slots=True)
 class SidecarSettings:
-    xds: str = "127.0.0.1:18000"  # the control plane's ADS port
+    # The control plane's ADS port; replicas separated by commas, tried in turn (subscription.py).
+    xds: str = "127.0.0.1:18000"
+    xds_tls: XdsTls | None = None  # the sidecar's certificate for ADS over mTLS; None: plaintext
     host: str = "127.0.0.1"
     port: int = 18080  # the ext_proc gRPC port Envoy calls
     # A Unix socket to serve ext_proc on instead of host:port, created mode 0600: only this

@@ -6,6 +6,13 @@ control plane's ``/status`` shows the refusal beside Envoy's. A broken stream is
 backoff, announcing what the sidecar already holds (``initial_resource_versions``) so an
 unchanged config is not sent again. The subscription is to the listeners the sidecar serves,
 or to every listener (``*``).
+
+Several control planes (replicas on one config, serving the same versions) are tried in turn:
+a stream that breaks or cannot open moves to the next one, after the back-off Envoy's
+bootstrap sets too (``XDS_BACKOFF``: jittered, capped at 1 s), so losing one control plane
+moves the sidecar to another within about a second. With ``tls`` the sidecar presents its
+certificate and checks the control plane's; the files are read again at each connection, so
+a renewed certificate is used from the next one on.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,12 +34,20 @@ from xds.type.v3 import typed_struct_pb2
 from sr_base.log import get_logger
 from sr_control.compiler import names
 from sr_control.compiler.protos import SIDECAR, SIDECAR_PAYLOAD
+from sr_control.compiler.settings import XDS_BACKOFF, XdsTls
 from sr_control.extproc.data import DataError, ListenerData
 from sr_control.extproc.versions import VersionStore
+from sr_control.xds.tls import channel_credentials
 
 _log = get_logger("vllm_sr.extproc.xds")
 MAX_MESSAGE = 64 * 1024 * 1024
-_BACKOFF = (0.05, 5.0)  # first and longest wait before reopening a stream
+
+
+def backoff(attempt: int, schedule: tuple[float, float] = XDS_BACKOFF) -> float:
+    """The wait before reopening a stream after ``attempt`` failures in a row: a random wait
+    below base * 2**attempt, capped, drawn as Envoy draws its own (full jitter)."""
+    base, cap = schedule
+    return random.uniform(0, min(base * 2 ** min(attempt, 30), cap))
 
 
 @dataclass
@@ -47,13 +62,19 @@ class SubscriptionStatus:
 class Subscription:
     def __init__(
         self,
-        target: str,
+        targets: str | Sequence[str],
         store: VersionStore,
         node: base_pb2.Node,
         listeners: tuple[str, ...] = (),
         on_change: Callable[[ListenerData], None] | None = None,
+        tls: XdsTls | None = None,
     ) -> None:
-        self.target = target
+        # "a:1,b:2" or a list: the control planes, tried in this order.
+        self.targets = tuple(t.strip() for t in targets.split(",")) if isinstance(targets, str) else tuple(targets)
+        if not self.targets or not all(self.targets):
+            raise ValueError(f"no control plane address in {targets!r}")
+        self.tls = tls
+        self._at = 0  # the index of the control plane in use
         self.store = store
         self.node = node
         self.names = [names.sidecar(listener) for listener in listeners] or ["*"]
@@ -62,16 +83,21 @@ class Subscription:
         self._stopped = asyncio.Event()
         self._held: dict[str, str] = {}  # resource name -> version held
         self.first = asyncio.Event()  # set once the first response was taken
+        self._up = False  # whether the stream in hand has taken a response
+
+    @property
+    def target(self) -> str:
+        """The control plane in use (or tried next)."""
+        return self.targets[self._at]
 
     async def run(self) -> None:
         """Subscribe until stopped, reopening the stream whenever it breaks."""
-        wait = _BACKOFF[0]
-        options = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.keepalive_time_ms", 30_000)]
+        failures = 0  # in a row, since a stream last took a response
         while not self._stopped.is_set():
+            self._up = False
             try:
-                async with grpc.aio.insecure_channel(self.target, options=options) as channel:
+                async with self._channel() as channel:
                     await self._stream(ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel))
-                wait = _BACKOFF[0]
             except asyncio.CancelledError:
                 raise
             except grpc.aio.AioRpcError as exc:
@@ -81,8 +107,16 @@ class Subscription:
                 self._down(f"{type(exc).__name__}: {exc}")
             if self._stopped.is_set():
                 break
-            await self._sleep(wait * (0.5 + random.random()))
-            wait = min(wait * 2, _BACKOFF[1])
+            failures = 0 if self._up else failures + 1
+            # The next control plane: this one failed, another replica may be serving.
+            self._at = (self._at + 1) % len(self.targets)
+            await self._sleep(backoff(failures))
+
+    def _channel(self) -> grpc.aio.Channel:
+        options = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.keepalive_time_ms", 30_000)]
+        if self.tls is None:
+            return grpc.aio.insecure_channel(self.target, options=options)
+        return grpc.aio.secure_channel(self.target, channel_credentials(self.tls), options=options)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -133,6 +167,7 @@ class Subscription:
                     raise ConnectionError("the control plane closed the stream")
                 if not self.status.connected:
                     _log.info("xds stream up", xds=self.target, node=self.node.id)
+                self._up = True
                 self.status.connected, self.status.since, self.status.last_error = True, time.monotonic(), None
                 await outbox.put(self._take(response))
         finally:
@@ -176,4 +211,4 @@ def read_resource(resource: discovery_pb2.Resource, received_at: float) -> Liste
     return ListenerData.of(payload, resource.version, received_at)
 
 
-__all__ = ["Subscription", "SubscriptionStatus", "read_resource"]
+__all__ = ["Subscription", "SubscriptionStatus", "backoff", "read_resource"]

@@ -28,8 +28,9 @@ from sr_control.xds.metrics import Metrics
 from sr_control.xds.reload import Reloader
 from sr_control.xds.server import MAX_STREAMS, AdsService, make_server
 from sr_control.xds.snapshot import Snapshot
+from sr_control.xds.tls import ServerTls
 from sr_control.xds.versions import KEEP, VersionStore
-from sr_control.xds.watch import FileWatch
+from sr_control.xds.watch import RECHECK_S, FileWatch
 
 _log = log.get_logger("vllm_sr.xds")
 
@@ -43,14 +44,17 @@ class ControlPlane:
         host: str = "0.0.0.0",
         port: int = 18000,
         status_port: int = 18001,
-        poll_interval: float = 0.025,
+        poll_interval: float = RECHECK_S,
         settle: float = 0.25,
         max_streams: int = MAX_STREAMS,
         discovery: Discovery | None = None,
         state_dir: Path | None = None,
         keep: int = KEEP,
+        tls: ServerTls | None = None,
     ) -> None:
+        """``tls``: serve ADS over mTLS (tls.py); None serves plaintext, which the CLI allows on loopback only."""
         self.config = config
+        self.tls = tls
         # The versions served, with their text: under the state directory, so they outlive a restart.
         self.versions = VersionStore(state_dir / "versions" if state_dir is not None else None, keep)
         self.cache = SnapshotCache()
@@ -81,7 +85,7 @@ class ControlPlane:
         self._watch.start()
         try:
             self.reloader.reload()
-            self._grpc, self.port = make_server(self.service, f"{self._host}:{self._port}")
+            self._grpc, self.port = make_server(self.service, f"{self._host}:{self._port}", self.tls)
             try:
                 self._http = StatusServer(
                     self._host,
@@ -106,6 +110,7 @@ class ControlPlane:
         _log.info(
             "xds serving",
             ads=f"{self._host}:{self.port}",
+            tls="mTLS" if self.tls is not None else "plaintext",
             status=f"{self._host}:{self.status_port}",
             config=str(self.config),
         )

@@ -38,6 +38,7 @@ from sr_control.xds.encoded import wire
 from sr_control.xds.hooks import Hooks, Protocol, StreamInfo
 from sr_control.xds.sotw import SotwStream
 from sr_control.xds.stream import REMOVAL_GRACE
+from sr_control.xds.tls import ServerTls, bind
 
 Stream = SotwStream | DeltaStream
 # A whole config for 1,000 listeners is a few MiB; grpcio refuses messages over 4 MiB by default.
@@ -165,18 +166,18 @@ class AdsService:
 class AdsServer:
     """A ``grpc.aio`` server on an event loop of its own thread, driven from synchronous code."""
 
-    def __init__(self, service: AdsService, address: str) -> None:
+    def __init__(self, service: AdsService, address: str, tls: ServerTls | None = None) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="ads", daemon=True)
         self._thread.start()
         self.stopped = threading.Event()
         try:
-            self.server, self.port = self._run(self._make(service, address))
+            self.server, self.port = self._run(self._make(service, address, tls))
         except BaseException:
             self._close_loop()
             raise
 
-    async def _make(self, service: AdsService, address: str) -> tuple[grpc.aio.Server, int]:
+    async def _make(self, service: AdsService, address: str, tls: ServerTls | None) -> tuple[grpc.aio.Server, int]:
         server = grpc.aio.server(
             # For grpcio's own synchronous work; every stream runs on the loop.
             futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="ads"),
@@ -193,7 +194,7 @@ class AdsServer:
                 ("grpc.http2.max_ping_strikes", 0),
             ],
         )
-        return server, _bind(server, address)
+        return server, bind(server, address, tls)  # over mTLS when tls (tls.py)
 
     def _run(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
@@ -218,18 +219,7 @@ class AdsServer:
             self._loop.close()
 
 
-def _bind(server: grpc.aio.Server, address: str) -> int:
-    """Listen on ``address`` ("host:port"); the port bound. OSError when it cannot."""
-    try:
-        port = server.add_insecure_port(address)
-    except RuntimeError:
-        port = 0
-    if port == 0:
-        raise OSError(f"cannot listen on {address} (in use, or not an address of this host)")
-    return port
-
-
-def make_server(service: AdsService, address: str) -> tuple[AdsServer, int]:
+def make_server(service: AdsService, address: str, tls: ServerTls | None = None) -> tuple[AdsServer, int]:
     """A gRPC server for ``service`` bound to ``address`` ("host:port"), not yet started; returns (server, port)."""
-    server = AdsServer(service, address)
+    server = AdsServer(service, address, tls)
     return server, server.port
