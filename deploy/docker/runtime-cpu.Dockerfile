@@ -4,10 +4,12 @@
 #   docker build -f deploy/docker/runtime-cpu.Dockerfile -t vllm-sr/runtime:0.1.0-cpu .
 #
 # Every Python package is installed at its version in constraints.txt (torch is 2.13.0+cpu
-# there, from PyTorch's CPU index), the base image at an exact tag.
-ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
+# there, installed alone from PyTorch's CPU index: no other package can come from that index, nor
+# torch from PyPI), the base image at an exact tag and digest (docs/deploy/images.md).
 
-FROM ${PYTHON_IMAGE} AS wheel
+FROM python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d AS base
+
+FROM base AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
 # The runtime stands on the protocol package alone: no control plane in this image (vllm-srun only).
@@ -16,18 +18,27 @@ COPY sr_base ./sr_base
 COPY sr_runtime ./sr_runtime
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-FROM ${PYTHON_IMAGE}
+FROM base
+ARG TORCH_VERSION=2.13.0
 COPY constraints.txt constraints-nodeps.txt /opt/vllm-sr/
 COPY --from=wheel /wheels /wheels
-RUN WHEEL=$(ls /wheels/*.whl) \
-    && pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \
-       -c /opt/vllm-sr/constraints.txt "${WHEEL}[runtime]" \
+# torch alone, from its own index (--index-url: that index and no other), without its dependencies;
+# then everything else from PyPI, where the installed torch already meets the constraint.
+RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}+cpu" \
+    && WHEEL=$(ls /wheels/*.whl) \
+    && pip install --no-cache-dir -c /opt/vllm-sr/constraints.txt "${WHEEL}[runtime]" \
     && pip install --no-cache-dir --no-deps -r /opt/vllm-sr/constraints-nodeps.txt \
     && rm -rf /wheels \
     && useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin vllm-sr
 USER 10001:10001
 ENV HF_HUB_OFFLINE=1
-LABEL org.opencontainers.image.title="vllm-sr/runtime" \
+# Where the image was built from: docker build --build-arg VCS_URL=... --build-arg VCS_REF=$(git rev-parse HEAD)
+ARG VCS_URL=unknown
+ARG VCS_REF=unknown
+LABEL org.opencontainers.image.source="${VCS_URL}" \
+      org.opencontainers.image.revision="${VCS_REF}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.title="vllm-sr/runtime" \
       org.opencontainers.image.version="0.1.0-cpu" \
       org.opencontainers.image.description="vllm-srun on CPU"
 EXPOSE 8100

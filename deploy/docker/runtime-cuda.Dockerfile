@@ -9,10 +9,12 @@
 # The `cuda` extra adds flash-linear-attention 0.5.2 (seed 001's reference pins it; fla-core and
 # einops pinned in constraints.txt): the Gated DeltaNet layers' chunked Triton kernels on CUDA;
 # without it they run transformers' torch path (docs/deploy/gpu.md). The CPU image leaves it
-# out: its kernels are Triton kernels for GPUs.
-ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
+# out: its kernels are Triton kernels for GPUs. The base image at an exact tag and digest
+# (docs/deploy/images.md).
 
-FROM ${PYTHON_IMAGE} AS wheel
+FROM python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d AS base
+
+FROM base AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
 # The runtime stands on the protocol package alone: no control plane in this image (vllm-srun only).
@@ -21,7 +23,7 @@ COPY sr_base ./sr_base
 COPY sr_runtime ./sr_runtime
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-FROM ${PYTHON_IMAGE}
+FROM base
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_CUDA=cu128
 COPY constraints.txt constraints-nodeps.txt /opt/vllm-sr/
@@ -34,10 +36,17 @@ RUN grep -v '^torch==' /opt/vllm-sr/constraints.txt > /opt/vllm-sr/constraints-c
     && rm -rf /wheels \
     && useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin vllm-sr
 USER 10001:10001
+# No NVIDIA_VISIBLE_DEVICES: the device plugin sets it to the GPUs a pod was given; baked in as
+# `all`, a pod that asked for none would see every GPU of its node.
 ENV HF_HUB_OFFLINE=1 \
-    NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
-LABEL org.opencontainers.image.title="vllm-sr/runtime" \
+# Where the image was built from: docker build --build-arg VCS_URL=... --build-arg VCS_REF=$(git rev-parse HEAD)
+ARG VCS_URL=unknown
+ARG VCS_REF=unknown
+LABEL org.opencontainers.image.source="${VCS_URL}" \
+      org.opencontainers.image.revision="${VCS_REF}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.title="vllm-sr/runtime" \
       org.opencontainers.image.version="0.1.0-cuda" \
       org.opencontainers.image.description="vllm-srun on NVIDIA GPUs"
 EXPOSE 8100

@@ -64,12 +64,40 @@ def _list(description: str, items: dict[str, Any] | None = None) -> dict[str, An
     return out
 
 
+DIGEST = "^$|^sha256:[0-9a-f]{64}$"
+
+
 def _image(description: str) -> dict[str, Any]:
     return _obj(
         {
             "repository": _str("Image repository."),
             "tag": _str("Image tag."),
+            "digest": _str("sha256:... of the image: pulled by digest (the tag stays for reading).", pattern=DIGEST),
             "pullPolicy": _str("Kubernetes imagePullPolicy.", enum=["Always", "IfNotPresent", "Never"]),
+        },
+        description,
+    )
+
+
+def _probe(description: str) -> dict[str, Any]:
+    return _obj(
+        {
+            "periodSeconds": _int("Seconds between checks.", 1),
+            "timeoutSeconds": _int("Seconds one check may take.", 1),
+            "failureThreshold": _int("Failures in a row before the container is restarted (or unready).", 1),
+        },
+        description,
+    )
+
+
+def _pdb(description: str) -> dict[str, Any]:
+    return _obj(
+        {
+            "enabled": _bool("Create a PodDisruptionBudget (only when replicas exceed minAvailable)."),
+            "minAvailable": {
+                "description": "Pods kept during voluntary disruptions.",
+                "type": ["integer", "string"],
+            },
         },
         description,
     )
@@ -92,7 +120,9 @@ RUNTIME_GROUP = {
     "enabled": _bool("Whether this group is deployed."),
     "replicas": _int("Pods in the group."),
     "device": _str("cpu, or cuda (the CUDA image and nvidia.com/gpu resources).", enum=["cpu", "cuda"]),
-    "gpus": _int("GPUs per pod (device cuda).", 1),
+    "gpus": _int("GPUs per pod (device cuda): vllm-srun uses one device, so 1.", 1),
+    "strategy": _any_obj("The Deployment's strategy; empty: on cuda maxSurge 0, maxUnavailable 1."),
+    "runtimeClassName": _str("The pods' RuntimeClass; empty: the cluster's default."),
     "model": _str(
         "What vllm-srun serves: a built-in (default, smollm2-135m) or a checkpoint folder's path.", minLength=1
     ),
@@ -120,9 +150,12 @@ RUNTIME_GROUP = {
             "initContainer": _obj(
                 {
                     "image": _str("An image that writes the checkpoints into mountPath."),
+                    "pullPolicy": _str("Its imagePullPolicy.", enum=["Always", "IfNotPresent", "Never"]),
                     "command": _list("Its command.", {"type": "string"}),
                     "args": _list("Its args.", {"type": "string"}),
                     "env": _list("Its environment (EnvVar objects)."),
+                    "sizeLimit": _str("Size limit of the emptyDir the checkpoints are written to."),
+                    "resources": _any_obj("Its container resources."),
                 },
                 "source initContainer.",
             ),
@@ -136,6 +169,7 @@ RUNTIME_GROUP = {
         },
         "Scratch space for caches.",
     ),
+    "tmpSizeLimit": _str("Size limit of /tmp, an emptyDir."),
     "startupProbe": _obj(
         {
             "periodSeconds": _int("Seconds between checks.", 1),
@@ -150,6 +184,8 @@ RUNTIME_GROUP = {
         },
         "Readiness on /health.",
     ),
+    "livenessProbe": _probe("Liveness on /health, after the startup probe."),
+    "preStopSeconds": _int("Seconds a stopping pod serves on while Envoy learns it is leaving (0: none)."),
     "resources": _any_obj("Container resources (nvidia.com/gpu is added for cuda)."),
     "terminationGracePeriodSeconds": _int("Seconds a stopping pod has to finish its requests."),
     **SCHEDULING,
@@ -171,6 +207,10 @@ def chart_schema() -> dict[str, Any]:
                 "Images (deploy/docker/).",
             ),
             "imagePullSecrets": _list("Pull secrets for every pod."),
+            "podSecurityContext": _any_obj("Every pod's securityContext (Pod Security restricted by default)."),
+            "containerSecurityContext": _any_obj(
+                "Every container's securityContext (restricted, read-only root filesystem by default)."
+            ),
             "logFormat": _str("vllm-sr log lines.", enum=["json", "console"]),
             "logLevel": _str("vllm-sr log level.", enum=["debug", "info", "warning", "error"]),
             "config": {
@@ -180,6 +220,8 @@ def chart_schema() -> dict[str, Any]:
             "controlPlane": _obj(
                 {
                     "replicas": _int("Control plane pods (each serves every Envoy the same versions).", 1),
+                    "podDisruptionBudget": _pdb("Control plane PDB."),
+                    "livenessProbe": _probe("Liveness on /livez."),
                     "adsPort": _port("gRPC ADS port."),
                     "statusPort": _port("HTTP /status, /metrics, /healthz, /livez."),
                     "maxStreams": _int("ADS streams open at once (vllm-sr xds serve --max-streams).", 1),
@@ -199,26 +241,31 @@ def chart_schema() -> dict[str, Any]:
                         {
                             "repository": _str("Empty: the control-plane image."),
                             "tag": _str("Image tag."),
+                            "digest": _str("sha256:... of the image.", pattern=DIGEST),
                             "pullPolicy": _str("imagePullPolicy.", enum=["Always", "IfNotPresent", "Never"]),
                         },
-                        "Envoy's image.",
+                        "Envoy's image (it must carry vllm-sr for the preStop drain).",
                     ),
                     "ads": _str("xDS protocol.", enum=["delta", "sotw"]),
                     "nodeId": _str("Envoy's node ID.", minLength=1),
                     "xdsAddress": _str(
                         "HOST:PORT of the control plane; empty: the chart's Service.", pattern="^$|^[^:]+:[0-9]+$"
                     ),
-                    "adminAddress": _str("Envoy's admin address.", enum=["127.0.0.1", "0.0.0.0"]),
-                    "adminPort": _port("Envoy's admin port."),
+                    "adminPort": _port("Envoy's admin port, on 127.0.0.1."),
+                    "statsPort": _port("The stats listener: /stats/prometheus, /ready, /livez."),
                     "concurrency": _int("Envoy worker threads.", 1),
                     "logLevel": _str(
                         "Envoy's log level.",
                         enum=["trace", "debug", "info", "warning", "warn", "error", "critical", "off"],
                     ),
-                    "drainSeconds": _int("Envoy --drain-time-s."),
-                    "preStopSleepSeconds": _int(
-                        "Seconds Envoy and the sidecar keep serving after the pod is told to stop."
+                    "drainSeconds": _int(
+                        "Envoy --drain-time-s: seconds a stopping pod still accepts, closing each connection."
                     ),
+                    "drainTimeoutSeconds": _int(
+                        "Then, seconds the requests in flight get; 0: the longest System One deadline plus 2 s."
+                    ),
+                    "readinessProbe": _probe("Readiness on the admin's /ready, through the stats listener."),
+                    "livenessProbe": _probe("Liveness on the stats listener's /livez."),
                     "resources": _any_obj("Envoy container resources."),
                     "service": _obj(
                         {
@@ -237,16 +284,8 @@ def chart_schema() -> dict[str, Any]:
                         },
                         "Envoy HPA.",
                     ),
-                    "podDisruptionBudget": _obj(
-                        {
-                            "enabled": _bool("Create a PodDisruptionBudget."),
-                            "minAvailable": {
-                                "description": "Pods kept during voluntary disruptions.",
-                                "type": ["integer", "string"],
-                            },
-                        },
-                        "Envoy PDB.",
-                    ),
+                    "podDisruptionBudget": _pdb("Envoy PDB."),
+                    "spread": _bool("Spread the pods over nodes and zones (topologySpreadConstraints, soft)."),
                     **SCHEDULING,
                 },
                 "Envoy and its pods.",
@@ -259,7 +298,9 @@ def chart_schema() -> dict[str, Any]:
                         "Open the status port to the pod network, for the ServiceMonitor (ext_proc stays on loopback)."
                     ),
                     "workers": _int("Worker processes.", 1, 64),
-                    "drainSeconds": _int("vllm-sr extproc serve --drain-s."),
+                    "drainSeconds": _int("vllm-sr extproc serve --drain-s (after Envoy has exited)."),
+                    "livenessProbe": _probe("Liveness on /livez."),
+                    "tmpSizeLimit": _str("Size limit of the sidecar's /tmp, an emptyDir."),
                     "extraArgs": _list("More vllm-sr extproc serve flags.", {"type": "string"}),
                     "resources": _any_obj("Container resources."),
                     "secretEnv": {
@@ -315,7 +356,7 @@ def chart_schema() -> dict[str, Any]:
                     "enabled": _bool("Create NetworkPolicies."),
                     "metricsFrom": _list("NetworkPolicy peers allowed to scrape."),
                 },
-                "Who may reach the control plane and the runtimes.",
+                "Who may reach each pod the chart starts.",
             ),
         },
         "vllm-sr chart values (docs/deploy/values.md).",

@@ -10,6 +10,7 @@ import typer
 from sr_base import log
 from sr_control import __version__
 from sr_control.cli import config as config_cmd
+from sr_control.cli import envoy as envoy_cmd
 from sr_control.cli import extproc as extproc_cmd
 from sr_control.cli import logs as logs_cmd
 from sr_control.cli import plan as plan_cmd
@@ -41,6 +42,7 @@ app.add_typer(schemas_cmd.app, name="schemas")
 app.add_typer(systemone_cmd.app, name="systemone")
 app.add_typer(xds_cmd.app, name="xds")
 app.add_typer(extproc_cmd.app, name="extproc")
+app.add_typer(envoy_cmd.app, name="envoy")
 app.command(name="serve")(serve_cmd.serve)
 app.command(name="route")(route_cmd.route)
 app.command(name="status")(status_cmd.status)

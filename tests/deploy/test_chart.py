@@ -15,161 +15,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.deploy.chart import CHART, NAMESPACE, RELEASE, ROOT, config_text, container, find, objects, render
+from tests.deploy.chart import CHART, NAMESPACE, RELEASE, ROOT, config_text, container, find, render
+from tests.deploy.value_sets import GPU_AND_CPU, ONE_POOL, PUBLIC_40, VALUE_SETS
 
-# Oldest and newest Kubernetes the chart claims (Chart.yaml kubeVersion) and the schemas ship.
-KUBE_VERSIONS = ("1.29", "1.37")
-
-ONE_POOL: dict[str, Any] = {
-    "runtimes": {
-        "runtime": None,
-        "d3": {
-            "replicas": 3,
-            "model": "/models/d3-turbo",
-            "weights": {"source": "pvc", "pvc": {"claimName": "d3-weights"}},
-        },
-    },
-    "config": {
-        "version": 2,
-        "deployments": {
-            "d3": {
-                "provider": "systemone",
-                "service": {"name": "d3", "port": 8100},
-                "model": "d3-turbo",
-                "schema": "vllm-sr/5.0",
-            }
-        },
-        "pools": {"vllm-sr/auto": {"members": ["d3"]}},
-        "listeners": [
-            {"name": "public", "port": 8801, "apis": {"systemone": {"models": ["vllm-sr/auto", "d3-turbo"]}}}
-        ],
-    },
-}
-
-GPU_AND_CPU: dict[str, Any] = {
-    "runtimes": {
-        "runtime": None,
-        "gpu": {
-            "device": "cuda",
-            "gpus": 2,
-            "model": "/models/d3-ultra",
-            "apiKey": {"secretName": "runtime-keys", "key": "gpu"},
-            "weights": {
-                "source": "initContainer",
-                "initContainer": {
-                    "image": "registry.example/d3-ultra-weights:1",
-                    "command": ["cp", "-r", "/weights/.", "/models/"],
-                },
-            },
-            "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-            "resources": {"requests": {"cpu": "4", "memory": "32Gi"}, "limits": {"memory": "64Gi"}},
-        },
-        "cpu": {"replicas": 2, "model": "default", "port": 8200},
-    },
-    "config": {
-        "version": 2,
-        "providers": {
-            "models": [
-                {"name": "gpt-oss-120b", "endpoints": ["http://llm.internal:8000/v1"], "api_key_env": "VSR_LLM_KEY"}
-            ]
-        },
-        "deployments": {
-            "gpu": {
-                "provider": "systemone",
-                "service": {"name": "gpu", "port": 8100},
-                "model": "d3-ultra",
-                "schema": "vllm-sr/5.0",
-                "api_key_env": "VSR_GPU_KEY",
-            },
-            "cpu": {
-                "provider": "systemone",
-                "service": {"name": "cpu", "port": 8200},
-                "model": "default",
-                "schema": "vllm-sr/5.0",
-            },
-        },
-        "pools": {"vllm-sr/auto": {"members": ["gpu", "cpu"]}, "fast": {"members": ["cpu"]}},
-        "listeners": [
-            {
-                "name": "public",
-                "port": 8801,
-                "apis": {
-                    "systemone": {"models": ["vllm-sr/auto", "fast"]},
-                    "chat_completions": {"models": ["gpt-oss-120b"]},
-                },
-            }
-        ],
-    },
-    "sidecar": {
-        "secretEnv": {"VSR_LLM_KEY": {"secretName": "llm-keys", "key": "token"}},
-        "workers": 2,
-        "exposeMetrics": True,
-    },
-    "envoy": {"autoscaling": {"enabled": True}, "adminAddress": "0.0.0.0", "service": {"type": "LoadBalancer"}},
-    "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
-    "networkPolicy": {
-        "enabled": True,
-        "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
-    },
-}
-
-PUBLIC_40: dict[str, Any] = {
-    "config": {
-        "version": 2,
-        "deployments": {
-            "local": {
-                "provider": "systemone",
-                "service": {"name": "runtime", "port": 8100},
-                "model": "default",
-                "schema": "vllm-sr/5.0",
-            },
-            "shared": {
-                "provider": "systemone",
-                "service": {"name": "d3", "namespace": "models", "port": 80},
-                "model": "d3",
-                "schema": "vllm-sr/5.0",
-            },
-            "gateway": {
-                "provider": "systemone",
-                "endpoint": "https://gateway.example.com/v1/systemone",
-                "model": "d3-gw",
-                "deviations": ["state_text"],
-                "capabilities": {"question_types": ["noul", "choice", "score"]},
-                "api_key_env": "VSR_GATEWAY_KEY",
-            },
-        },
-        "pools": {"vllm-sr/auto": {"members": ["local", "shared", "gateway"]}},
-        "listeners": [
-            {
-                "name": "public",
-                "port": 8801,
-                "auth": {"keys_file": "/etc/vllm-sr/keys/public.txt"},
-                "apis": {"systemone": {"schema": "vllm-sr/4.0", "models": ["vllm-sr/auto"], "max_deadline_ms": 3000}},
-            },
-            {
-                "name": "internal",
-                "address": "127.0.0.1",
-                "port": 8802,
-                "auth": {"keys_env": "VSR_INTERNAL_KEYS"},
-                "apis": {"systemone": {"models": ["vllm-sr/auto", "d3"]}},
-            },
-        ],
-    },
-    "sidecar": {
-        "secretEnv": {
-            "VSR_GATEWAY_KEY": {"secretName": "gateway", "key": "key"},
-            "VSR_INTERNAL_KEYS": {"secretName": "listener-keys", "key": "internal"},
-        },
-        "secretFiles": [{"secretName": "listener-keys-public", "mountPath": "/etc/vllm-sr/keys"}],
-    },
-}
-
-VALUE_SETS = {"default": {}, "one-pool": ONE_POOL, "gpu-and-cpu": GPU_AND_CPU, "public-4.0": PUBLIC_40}
-
-
-@pytest.fixture(scope="module")
-def rendered() -> dict[str, list[dict[str, Any]]]:
-    return {name: objects(render(values)) for name, values in VALUE_SETS.items()}
+KUBE_VERSIONS = ("1.29", "1.37")  # oldest and newest the chart claims (Chart.yaml kubeVersion)
 
 
 @pytest.mark.parametrize("name", VALUE_SETS)
@@ -384,9 +233,10 @@ def test_runtime_groups_for_gpu_and_cpu_nodes(rendered: dict[str, list[dict[str,
     gpu = find(objs, "Deployment", "gpu")
     pod = gpu["spec"]["template"]["spec"]
     runtime = container(gpu, "runtime")
-    assert runtime["image"] == "vllm-sr/runtime:0.1.0-cuda"
+    # The digest is what is pulled; the tag stays for whoever reads the manifest.
+    assert runtime["image"] == "vllm-sr/runtime:0.1.0-cuda@sha256:" + "b" * 64
     assert runtime["args"][:4] == ["serve", "/models/d3-ultra", "--device", "cuda"]
-    assert runtime["resources"]["limits"] == {"nvidia.com/gpu": 2, "memory": "64Gi"}
+    assert runtime["resources"]["limits"] == {"nvidia.com/gpu": 1, "memory": "64Gi"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     assert runtime["startupProbe"]["httpGet"]["path"] == "/health"
@@ -395,12 +245,11 @@ def test_runtime_groups_for_gpu_and_cpu_nodes(rendered: dict[str, list[dict[str,
     )  # 30 min to load
     assert runtime["readinessProbe"]["httpGet"]["path"] == "/health"
     (init,) = pod["initContainers"]
-    assert init["image"] == "registry.example/d3-ultra-weights:1" and init["volumeMounts"] == [
-        {"name": "models", "mountPath": "/models"}
-    ]
+    assert init["image"] == "registry.example/d3-ultra-weights:1@sha256:" + "d" * 64
+    assert {"name": "models", "mountPath": "/models"} in init["volumeMounts"]
     assert {"name": "models", "mountPath": "/models", "readOnly": True} in runtime["volumeMounts"]
     cpu = find(objs, "Deployment", "cpu")
-    assert container(cpu, "runtime")["image"] == "vllm-sr/runtime:0.1.0-cpu"
+    assert container(cpu, "runtime")["image"] == "vllm-sr/runtime:0.1.0-cpu@sha256:" + "a" * 64
     assert "nvidia.com/gpu" not in str(cpu) and cpu["spec"]["replicas"] == 2
     assert find(objs, "Service", "cpu")["spec"]["ports"][0]["port"] == 8200
 

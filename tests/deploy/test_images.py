@@ -1,6 +1,8 @@
 """The Dockerfiles, read as text: no image can be built here (no daemon, no base-image registry),
-so this holds what a build would install to constraints.txt, the base images to exact tags,
-and the chart's default images to what the Dockerfiles say they are."""
+so this holds what a build would install to constraints.txt, the base images to exact tags and
+digests, torch to its own index, the build context to what the images copy, and the chart's
+default images to what the Dockerfiles say they are. (hadolint and checkov read them too:
+test_scanners.py.)"""
 
 from __future__ import annotations
 
@@ -125,6 +127,8 @@ def test_base_images_are_exact_and_run_the_python_the_project_requires(path: Pat
                 continue  # an earlier stage of this file
             tag = image.split(":", 1)[1]
             assert re.match(r"^\d+\.\d+\.\d+-", tag), f"{path.name}: {image} is not an exact tag"
+            # The digest is what is pulled: a re-pushed tag cannot change the image built.
+            assert re.search(r"@sha256:[0-9a-f]{64}$", tag), f"{path.name}: {image} is not pinned by digest"
             minor = ".".join(tag.split(".")[:2])
             assert (
                 tuple(map(int, low.split("."))) <= tuple(map(int, minor.split("."))) < tuple(map(int, high.split(".")))
@@ -143,3 +147,37 @@ def test_the_charts_default_images_are_the_dockerfiles() -> None:
             label["org.opencontainers.image.version"],
         )
         assert values[key]["tag"].startswith(version)
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_torch_comes_from_its_own_index_alone(path: Path) -> None:
+    for argv in pip_installs(path):
+        assert "--extra-index-url" not in argv, f"{path.name}: {argv}"  # two indexes: dependency confusion
+        if "--index-url" in argv:
+            packages = [a for a in argv[2:] if not a.startswith("-") and a != argv[argv.index("--index-url") + 1]]
+            assert [p.split("==")[0] for p in packages] == ["torch"], f"{path.name}: {argv}"
+            assert argv[argv.index("--index-url") + 1].startswith("https://download.pytorch.org/whl/")
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_images_say_where_they_come_from_and_bake_in_no_gpu_choice(path: Path) -> None:
+    label = labels(path)
+    assert label["org.opencontainers.image.source"] == "${VCS_URL}"
+    assert label["org.opencontainers.image.revision"] == "${VCS_REF}"
+    env = " ".join(rest for kind, rest in instructions(path) if kind == "ENV")
+    # The device plugin sets it to the GPUs a pod was given; `all` would show a pod every GPU.
+    assert "NVIDIA_VISIBLE_DEVICES" not in env
+
+
+def test_the_build_context_is_only_what_the_images_copy() -> None:
+    patterns = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if line and line[0] != "#"]
+    assert patterns[0] == "*"  # everything out (.venv, .git, caches), then back in by name
+    kept = {p.removeprefix("!").rstrip("/") for p in patterns if p.startswith("!")}
+    copied = {
+        source.rstrip("/")
+        for path in DOCKERFILES
+        for kind, rest in instructions(path)
+        if kind == "COPY" and not rest.startswith("--from")
+        for source in rest.split()[:-1]
+    }
+    assert copied == kept

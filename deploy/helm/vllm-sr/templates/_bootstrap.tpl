@@ -1,12 +1,14 @@
 {{/* Envoy's bootstrap, as sr_control/compiler/build.py `bootstrap()` writes it (tests/deploy
-     holds the two equal): Envoy knows only the control plane and takes everything else over
-     ADS. Pass (dict "root" $ "host" H "port" P "isIp" bool). */}}
+     holds the two equal) plus the stats listener below: Envoy knows only the control plane and
+     takes everything else over ADS. The admin API stays on loopback (/quitquitquit,
+     /runtime_modify and /config_dump are for the pod's own preStop hooks, not the network).
+     Pass (dict "root" $ "host" H "port" P "isIp" bool). */}}
 {{- define "vllm-sr.bootstrap" -}}
 {{- $v := .root.Values.envoy -}}
 node: {id: {{ $v.nodeId | quote }}, cluster: vllm-sr}
 admin:
   address:
-    socket_address: {address: {{ $v.adminAddress | quote }}, port_value: {{ $v.adminPort }}}
+    socket_address: {address: "127.0.0.1", port_value: {{ $v.adminPort }}}
 layered_runtime:
   layers:
     - {name: static, static_layer: {}}
@@ -27,7 +29,9 @@ dynamic_resources:
   lds_config: {ads: {}, resource_api_version: V3}
   cds_config: {ads: {}, resource_api_version: V3}
 static_resources:
+  {{- include "vllm-sr.statsListener" .root | nindent 2 }}
   clusters:
+    {{- include "vllm-sr.adminCluster" .root | nindent 4 }}
     - name: vsr/xds
       type: {{ ternary "STATIC" "STRICT_DNS" .isIp }}
       {{- if not .isIp }}
@@ -54,4 +58,53 @@ static_resources:
       circuit_breakers:
         thresholds:
           - {priority: DEFAULT, max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3}
+{{- end -}}
+
+
+{{/* The pod network's only way to Envoy's admin: a listener that routes GET /stats/prometheus
+     (Prometheus) and /ready (the readiness probe) to the admin on loopback, answers /livez
+     itself (the liveness probe: a worker thread answers) and 404 to everything else. */}}
+{{- define "vllm-sr.statsListener" -}}
+listeners:
+  - name: vsr/stats
+    address:
+      socket_address: {address: 0.0.0.0, port_value: {{ .Values.envoy.statsPort }}}
+    filter_chains:
+      - filters:
+          - name: envoy.filters.network.http_connection_manager
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+              stat_prefix: vsr_stats
+              codec_type: AUTO
+              route_config:
+                name: vsr/stats
+                virtual_hosts:
+                  - name: stats
+                    domains: ["*"]
+                    routes:
+                      - match: {path: /stats/prometheus, headers: [{name: ":method", string_match: {exact: GET}}]}
+                        route: {cluster: vsr/admin, timeout: 10s}
+                      - match: {path: /ready, headers: [{name: ":method", string_match: {exact: GET}}]}
+                        route: {cluster: vsr/admin, timeout: 2s}
+                      - match: {path: /livez}
+                        direct_response: {status: 200, body: {inline_string: "alive\n"}}
+                      - match: {prefix: /}
+                        direct_response: {status: 404}
+              http_filters:
+                - name: envoy.filters.http.router
+                  typed_config:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+{{- end -}}
+
+{{- define "vllm-sr.adminCluster" -}}
+- name: vsr/admin
+  type: STATIC
+  connect_timeout: 1s
+  load_assignment:
+    cluster_name: vsr/admin
+    endpoints:
+      - lb_endpoints:
+          - endpoint:
+              address:
+                socket_address: {address: 127.0.0.1, port_value: {{ .Values.envoy.adminPort }}}
 {{- end -}}

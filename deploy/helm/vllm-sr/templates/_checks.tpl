@@ -61,6 +61,9 @@
 {{- /* Each runtime group's weights come from somewhere it names. */ -}}
 {{- range $name, $g := $runtimes -}}
 {{- $w := $g.weights -}}
+{{- if gt (int $g.gpus) 1 -}}
+{{- fail (printf "runtimes.%s.gpus is %v, but vllm-srun serves one model on one device, so a pod uses one GPU and the others would sit reserved and idle: give gpus: 1 and replicas: %v (one pod per GPU)" $name $g.gpus (mul (int $g.gpus) (int $g.replicas))) -}}
+{{- end -}}
 {{- if and (eq $w.source "pvc") (not $w.pvc.claimName) -}}
 {{- fail (printf "runtimes.%s.weights.source is pvc: give runtimes.%s.weights.pvc.claimName" $name $name) -}}
 {{- end -}}

@@ -36,8 +36,38 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/* An image reference: repository:tag, and @digest when given (the digest is what is pulled;
+     the tag stays for people reading the manifest). A repository that already carries
+     @sha256: is used as it is. */}}
 {{- define "vllm-sr.image" -}}
+{{- if contains "@sha256:" .repository -}}
+{{- .repository -}}
+{{- else if and .digest .tag -}}
+{{- printf "%s:%s@%s" .repository .tag .digest -}}
+{{- else if .digest -}}
+{{- printf "%s@%s" .repository .digest -}}
+{{- else -}}
 {{- printf "%s:%s" .repository .tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod and container security contexts (Pod Security "restricted"; docs/deploy/security.md). */}}
+{{- define "vllm-sr.podSecurityContext" -}}
+{{- toYaml .Values.podSecurityContext -}}
+{{- end -}}
+
+{{- define "vllm-sr.containerSecurityContext" -}}
+{{- toYaml .Values.containerSecurityContext -}}
+{{- end -}}
+
+{{/* A PodDisruptionBudget only when it can be met: more pods than minAvailable keeps one
+     voluntary eviction possible (else node drains block). Pass (dict "pdb" P "replicas" N). */}}
+{{- define "vllm-sr.pdbFits" -}}
+{{- $min := .pdb.minAvailable -}}
+{{- if and .pdb.enabled (kindIs "string" $min) (hasSuffix "%" $min) -}}
+{{- if gt (int .replicas) 1 -}}true{{- end -}}
+{{- else if and .pdb.enabled (gt (int .replicas) (int $min)) -}}true
+{{- end -}}
 {{- end -}}
 
 {{- define "vllm-sr.controlPlaneService" -}}
