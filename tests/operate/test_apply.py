@@ -64,3 +64,13 @@ def test_apply_of_an_invalid_file_writes_nothing(live: Live, tmp_path: Path) -> 
     code, out, err = _apply(live, bad)
     assert code == 1 and f"{bad}:11:" in err and "nothing was written" in err
     assert live.config.read_text() == before
+
+    # A valid file, and a control plane that does not answer: 2, nothing written.
+    from tests.conftest import run_cli
+    from tests.e2e.envoy_proc import free_port
+
+    good = tmp_path / "good.yaml"
+    good.write_text(live.text())
+    done = run_cli("config", "apply", str(good), "--xds", f"127.0.0.1:{free_port()}")
+    assert done.returncode == 2 and "the control plane does not answer" in done.stderr
+    assert live.config.read_text() == before

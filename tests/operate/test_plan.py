@@ -83,6 +83,12 @@ def test_plan_exits_3_on_a_listener_removal_and_1_on_an_invalid_file(live: Live,
     new.write_text(live.text().replace("max_deadline_ms: 20000", "max_deadline_ms: -1"))
     bad = run_cli("config", "plan", str(new), "--against", str(old))
     assert bad.returncode == 1
+
+    # Against a control plane that does not answer: 2.
+    from tests.e2e.envoy_proc import free_port
+
+    gone = run_cli("config", "plan", str(old), "--against", f"127.0.0.1:{free_port()}")
+    assert gone.returncode == 2 and "cannot read the live config" in gone.stderr
     assert f"{new}:11:" in bad.stderr and "listeners[0].apis.systemone.max_deadline_ms" in bad.stderr
 
 

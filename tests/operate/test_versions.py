@@ -91,3 +91,9 @@ def test_rollback_brings_an_earlier_versions_listener_back_and_the_list_survives
 def test_rollback_of_a_version_not_kept_exits_2(live: Live) -> None:
     done = live.cli("config", "rollback", "0123456789abcdef", "--xds", live.plane.status_address)
     assert done.returncode == 2 and "version 0123456789abcdef is not kept" in done.stderr
+    got = live.cli("config", "get", "0123456789abcdef", "--xds", live.plane.status_address)
+    assert got.returncode == 2 and "the source of version 0123456789abcdef is not kept" in got.stderr
+    from tests.e2e.envoy_proc import free_port
+
+    gone = live.cli("config", "versions", "--xds", f"127.0.0.1:{free_port()}")
+    assert gone.returncode == 2 and "the control plane does not answer" in gone.stderr
