@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,11 +21,14 @@ from unittest import mock
 
 import pytest
 
+from sr_control.compiler import compile
+from sr_control.compiler.protos import CLUSTER, LISTENER, SIDECAR, TYPE_NAMES
+from sr_control.config.load import load_text
 from sr_runtime.presets import create
 from tests.e2e.envoy_proc import Envoy, free_port, wait_for
 from tests.e2e.http_client import Reply
 from tests.e2e.http_client import request as http_request
-from tests.extproc.harness import Plane, Runtime, SidecarProc, envoy_for
+from tests.extproc.harness import Plane, Runtime, SidecarProc, envoy_for, get_json
 from tests.tracing.collector import Collector, Span
 
 pytestmark = pytest.mark.envoy
@@ -88,25 +92,36 @@ def runtime(checkpoint: Path, collector: Collector, tmp_path_factory: pytest.Tem
 class Stack:
     port: int
     forwarding: str  # who calls the runtime: the sidecar, or Envoy
+    plane: Plane
 
     def post(self, body: Any) -> Reply:
         return http_request(
             self.port, "POST", "/v1/systemone", json.dumps(body).encode(), {"content-type": "application/json"}
         )
 
+    def apply(self, text: str) -> None:
+        """Edit the config; return once Envoy and the sidecar have both ACKed what it compiles to."""
+        self.plane.write(text)
+        expected = compile(load_text(text), self.plane.settings)
 
-@pytest.fixture(scope="module", params=["sidecar", "envoy"])
-def stack(
-    request: pytest.FixtureRequest, collector: Collector, runtime: Runtime, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Stack]:
-    """``sidecar``: the sidecar calls the runtime itself; ``envoy``: Envoy forwards to it."""
-    forwarding = request.param
-    directory = tmp_path_factory.mktemp(f"traced-{forwarding}")
+        def synced() -> bool:
+            acked: dict[str, set[str]] = {}
+            for node in get_json(self.plane.status_url)[1]["nodes"]:
+                for name, t in node["types"].items():
+                    acked.setdefault(name, set()).add(t.get("acked") or "")
+            return all(acked.get(TYPE_NAMES[t]) == {expected.type_version(t)} for t in (CLUSTER, LISTENER, SIDECAR))
+
+        wait_for(synced, timeout=30, what="Envoy and the sidecar to ACK the edit")
+
+
+@contextmanager
+def running(directory: Path, runtime: Runtime, collector: Collector, forwarding: str, traced: bool) -> Iterator[Stack]:
+    """Envoy and a sidecar before ``runtime``, fed by a control plane in this process."""
     port, sidecar_port = free_port(), free_port()
     text = CONFIG.format(runtime=runtime.url, port=port, collector=collector.endpoint)
     parts: list[Any] = []
     try:
-        plane = Plane(directory, text, sidecar_port)
+        plane = Plane(directory, text if traced else untraced(text), sidecar_port)
         parts.append(plane)
         args = ("--forwarding", forwarding)
         parts.append(SidecarProc(directory, plane.port, port=sidecar_port, env=FAST_EXPORT, args=args).wait())
@@ -115,10 +130,24 @@ def stack(
         # Envoy exports every 5 s, or once 5 spans wait: at once here.
         _post_admin(envoy, "/runtime_modify?tracing.opentelemetry.min_flush_spans=1")
         wait_for(lambda: _answers(port), timeout=60, what="the listener to answer")
-        yield Stack(port, forwarding)
+        yield Stack(port, forwarding, plane)
     finally:
         for part in reversed(parts):
             part.stop()
+
+
+def untraced(text: str) -> str:
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("tracing:"))
+
+
+@pytest.fixture(scope="module", params=["sidecar", "envoy"])
+def stack(
+    request: pytest.FixtureRequest, collector: Collector, runtime: Runtime, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """``sidecar``: the sidecar calls the runtime itself; ``envoy``: Envoy forwards to it."""
+    directory = tmp_path_factory.mktemp(f"traced-{request.param}")
+    with running(directory, runtime, collector, request.param, traced=True) as found:
+        yield found
 
 
 def test_one_trace_spans_envoy_the_sidecar_and_the_runtime(stack: Stack, collector: Collector) -> None:
@@ -160,6 +189,26 @@ def test_one_trace_spans_envoy_the_sidecar_and_the_runtime(stack: Stack, collect
     assert {"read", "model"} <= {s.name for s in trace if s.parent_id == member.span_id}
     # One request id on the spans of all three, as the client got it.
     assert {s.attributes[REQUEST_ID] for s in (root, sidecar, member)} == {request_id}
+
+
+def test_an_edit_turns_tracing_on_in_envoy_and_the_sidecar_without_a_restart(
+    collector: Collector, runtime: Runtime, tmp_path: Path
+) -> None:
+    with running(tmp_path, runtime, collector, "sidecar", traced=False) as stack:
+        before = stack.post(BODY)
+        assert before.status == 200
+        stack.apply((tmp_path / "config.yaml").read_text() + f'tracing: {{otlp_endpoint: "{collector.endpoint}"}}\n')
+        after = stack.post(BODY)
+        assert after.status == 200
+
+        def of(reply: Reply) -> Callable[[list[Span]], set[str]]:
+            return lambda spans: {
+                s.service for s in spans if s.attributes.get(REQUEST_ID) == reply.headers["x-request-id"]
+            }
+
+        spans = collector.wait(lambda spans: of(after)(spans) >= {"vllm-sr-envoy", "vllm-sr-sidecar"})
+    # The runtime traced both (it was started tracing); Envoy and the sidecar only the one after the edit.
+    assert of(before)(spans) <= {"vllm-sr-runtime"}
 
 
 def test_a_runtime_called_directly_starts_a_trace_and_sends_it_when_it_stops(
