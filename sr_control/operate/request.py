@@ -115,7 +115,7 @@ def render(summary: dict[str, Any], xds: str = "") -> str:
     if summary["live"]:
         config = f"{summary['config_version']}  (live on the control plane {xds}, listener {summary['listener']})"
     elif summary["live"] is False:
-        config = "-  (the listener version is no listener's live one: an edit went live since)"
+        config = f"-  (not a listener version live on the control plane {xds}: an edit since, or another plane)"
     elif summary["listener_version"]:
         config = f"-  (the control plane {xds} did not answer; --xds names it)"
     else:
