@@ -24,7 +24,6 @@ runtime stop, each within a bound.
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import os
 import secrets
@@ -52,6 +51,7 @@ from sr_control.compiler.protos import to_dict
 from sr_control.config import load as loader
 from sr_control.config.model import RouterConfig
 from sr_control.config.source import dump, parse
+from sr_control.drain import admin_request, drain
 from sr_control.redact import Redactor
 from sr_control.xds import ControlPlane
 
@@ -370,12 +370,7 @@ class Stack:
 
     def _drain_envoy(self) -> None:
         """Envoy stops accepting; the requests it holds finish (bounded) before it is stopped."""
-        admin = self.admin_socket
-        if admin_get(admin, "/drain_listeners", method="POST")[0] == 0:
-            return
-        deadline = time.monotonic() + self.options.drain_timeout
-        while time.monotonic() < deadline and _active_requests(admin) > 0:
-            time.sleep(0.05)
+        drain(f"unix:{self.admin_socket}", timeout_s=self.options.drain_timeout, graceful=False)
 
     def summary(self) -> list[tuple[str, str]]:
         ports = self.options.ports
@@ -477,45 +472,7 @@ def _health(url: str) -> bool:
 
 def admin_get(admin: Path, path: str, method: str = "GET", timeout: float = 2) -> tuple[int, bytes]:
     """Envoy's admin on its Unix socket: (status, body), or (0, b"") when it does not answer."""
-    conn = _UnixHTTP(str(admin), timeout)
-    try:
-        conn.request(method, path, headers={"host": "envoy"})
-        reply = conn.getresponse()
-        return reply.status, reply.read()
-    except OSError:
-        return 0, b""
-    finally:
-        conn.close()
-
-
-class _UnixHTTP(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("envoy", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
-
-
-def _active_requests(admin: Path) -> int:
-    """Requests Envoy's listeners hold now (every HTTP connection manager's active gauge)."""
-    status, body = admin_get(admin, "/stats?format=json&filter=downstream_rq_active", timeout=1)
-    try:
-        stats = json.loads(body).get("stats", []) if status == 200 else []
-    except ValueError:
-        return 0
-    return sum(
-        int(s.get("value", 0))
-        for s in stats
-        if s.get("name", "").startswith("http.") and not s["name"].startswith("http.admin.")
-    )
+    return admin_request(f"unix:{admin}", path, method, timeout)
 
 
 def _listeners_live(admin: Path, expected: int) -> bool:
