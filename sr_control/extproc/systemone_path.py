@@ -53,7 +53,11 @@ class SystemOne:
             except ProtocolError as exc:
                 return error_answer(call.codec, exc, call.req), None
             if span is not None:
-                span.set_attribute("vllm_sr.capable", [m.name for m in call.ranking.capable])
+                # The model (a pool, or a model name) the request resolved to, and its members in
+                # the order they would be called.
+                span.set_attributes(
+                    {"vllm_sr.model": call.ranking.model, "vllm_sr.capable": [m.name for m in call.ranking.capable]}
+                )
         first = call.ranking.capable[0]
         if first.schema == "vllm-sr/5.0" and envoy_forwards(sidecar.settings.forwarding, first):
             with step("forward", **{"vllm_sr.member": first.name}):

@@ -180,7 +180,9 @@ def test_one_trace_spans_envoy_the_sidecar_and_the_runtime(stack: Stack, collect
     (sidecar,) = [s for s in trace if s.service == "vllm-sr-sidecar" and s.kind == SERVER]
     assert parent(sidecar).service == "vllm-sr-envoy" and parent(sidecar).kind == CLIENT
     assert sidecar.attributes["vllm_sr.listener"] == "public"
-    assert {"read", "choose"} <= {s.name for s in trace if s.service == "vllm-sr-sidecar"}
+    (choose,) = [s for s in trace if s.service == "vllm-sr-sidecar" and s.name == "choose"]
+    assert choose.attributes["vllm_sr.model"] == "vllm-sr/auto" and choose.attributes["vllm_sr.capable"] == ["full"]
+    assert "read" in {s.name for s in trace if s.parent_id == sidecar.span_id}
     # The runtime's span is a child of whoever called it: the sidecar's call, or Envoy's forward.
     (member,) = [s for s in trace if s.service == "vllm-sr-runtime" and s.kind == SERVER]
     assert member.name == "POST /v1/decisions"
