@@ -73,7 +73,18 @@ def test_rollback_patches_the_configmap_and_follows_every_node(live: Live, tmp_p
         assert refused.stdout.rstrip().endswith(command)
         assert json.loads(patch.read_text()) == {"data": {"config.yaml": base}}
         assert live.config.read_text() == edited and api.data("ops", NAME)["config.yaml"] == base
+
+        # A config mounted from a ConfigMap (the kubelet's ..data link beside it) whose name is
+        # not given: the file is left alone (the kubelet would undo a write), the command printed.
+        mount = live.config.parent / "..data"
+        mount.symlink_to(tmp_path)
+        unnamed = run_cli("config", "rollback", kept, "--xds", live.plane.status_address, cwd=tmp_path)
+        assert unnamed.returncode == 0, unnamed.stdout + unnamed.stderr
+        assert "the config is mounted from a ConfigMap whose name this host cannot see" in unnamed.stdout
+        assert "patch configmap '<configmap>' --type merge" in unnamed.stdout
+        assert live.config.read_text() == edited
     finally:
+        (live.config.parent / "..data").unlink(missing_ok=True)
         api.stop()
         live.write(base)  # as the other tests expect it
         live.wait_synced(base)
