@@ -15,7 +15,9 @@ from sr_control.operate.logs import last, parts, tail
 def logs(
     part: Annotated[
         list[str] | None,
-        typer.Argument(help="envoy, extproc or runtime (several allowed). Default: every part.", show_default=False),
+        typer.Argument(
+            help="envoy, extproc or runtime (several allowed). Default: every part.", metavar="PART", show_default=False
+        ),
     ] = None,
     state_dir: Annotated[
         Path, typer.Option(help="The stack's state directory (vllm-sr serve --state-dir).", metavar="DIR")
@@ -38,8 +40,8 @@ def logs(
 
     Every part of `vllm-sr serve` (Envoy with its access log, the ext_proc sidecar, the runtime)
     writes DIR/logs/PART.log; the control plane logs on the terminal `vllm-sr serve` runs in.
-    With --request-id, the lines of every part that name the request: one request followed from
-    Envoy's access log to the sidecar's and the runtime's lines.
+    With --request-id, the lines of every part that name the request (Envoy's access log line,
+    and whatever the sidecar and the runtime logged of it): one request followed through.
 
     Exit 0; 2 when DIR holds no logs or a part is unknown.
 

@@ -328,19 +328,25 @@ def rollback(
     namespace: Annotated[
         str | None,
         typer.Option(
-            help="The ConfigMap's namespace. Default: the kubeconfig context's (or the pod's).", show_default=False
+            help="The ConfigMap's namespace. Default: the kubeconfig context's (or the pod's).",
+            metavar="NS",
+            show_default=False,
         ),
     ] = None,
     key: Annotated[
         str | None,
         typer.Option(
-            help="The ConfigMap's key holding the config. Default: the watched file's name.", show_default=False
+            help="The ConfigMap's key holding the config. Default: the watched file's name.",
+            metavar="KEY",
+            show_default=False,
         ),
     ] = None,
     kubeconfig: Annotated[
         Path | None,
         typer.Option(
-            help="Default: $KUBECONFIG, else ~/.kube/config, else the pod's service account.", show_default=False
+            help="How to reach the Kubernetes API. Default: $KUBECONFIG, else ~/.kube/config, else the pod's account.",
+            metavar="FILE",
+            show_default=False,
         ),
     ] = None,
     timeout: Annotated[
