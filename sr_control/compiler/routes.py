@@ -18,6 +18,7 @@ wrong methods never reach Python.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sr_control.apis import REGISTRY, Api
@@ -28,6 +29,7 @@ from sr_control.compiler.local_replies import error_answer
 from sr_control.compiler.offer import ListenerOffer, Offer
 from sr_control.compiler.templates import fill
 from sr_control.config.model import ProviderModel, RouterConfig
+from sr_control.decide.rewrite import DECISION_HEADER, METADATA_NAMESPACE, MODEL_HEADER
 from systemone.errors import ErrorInfo
 
 MODELS_PATH = "/v1/models"
@@ -43,9 +45,10 @@ _LLM_MODE = {
     "request_trailer_mode": "SKIP",
     "response_trailer_mode": "SKIP",
 }
-# An API that offers a virtual model (docs/decide/): the sidecar sees the answer's headers to
-# add x-vsr-decision and x-vsr-model; the body still streams back untouched.
-_DECIDE_MODE = _LLM_MODE | {"response_header_mode": "SEND"}
+# An API that offers a virtual model with a judge (docs/decide/): the sidecar sees the answer's
+# headers, and asks for the body of an answer its judge reads. Without a judge the answer's
+# x-vsr-* headers come from the decision's dynamic metadata (forward_route): no message for them.
+_JUDGE_MODE = _LLM_MODE | {"response_header_mode": "SEND"}
 
 
 def route_configuration(config: RouterConfig, offer: ListenerOffer, sidecar_version: str) -> dict[str, Any]:
@@ -67,7 +70,7 @@ def route_table(config: RouterConfig, offer: ListenerOffer, sidecar_version: str
             cluster_header=names.CLUSTER_HEADER,
             timeout=duration(LLM_TIMEOUT_MS),
             retry_policy=fill("route/upstream_retry"),
-            headers=[_REQUEST_ID],
+            headers=[_REQUEST_ID, *_DECIDED],
         )
     ]
     for o in offer.offers:
@@ -111,7 +114,7 @@ def route_table(config: RouterConfig, offer: ListenerOffer, sidecar_version: str
             elif direct is not None:
                 routes.append(_provider(o.api.name, path, *direct))
             else:
-                mode = _DECIDE_MODE if any(m in config.virtual_models for m in o.models) else _LLM_MODE
+                mode = _JUDGE_MODE if _judged(config, o.models) else _LLM_MODE
                 routes.append(_sidecar(offer, o.api.name, None, path, LLM_TIMEOUT_MS, sidecar_version, mode))
     listings = [MODELS_PATH] + ([SYSTEMONE_MODELS_PATH] if offer.systemone_schema is not None else [])
     for path in listings:
@@ -137,6 +140,16 @@ def route_table(config: RouterConfig, offer: ListenerOffer, sidecar_version: str
         )
     )
     return routes
+
+
+def _judged(config: RouterConfig, models: Sequence[str]) -> bool:
+    """Whether a virtual model among ``models`` has a route whose judge may escalate."""
+    return any(
+        route.judge is not None and len(route.models) > 1
+        for m in models
+        if m in config.virtual_models
+        for route in config.virtual_models[m].routes
+    )
 
 
 def _direct_provider(
@@ -249,6 +262,13 @@ def _header(key: str, value: str) -> dict[str, Any]:
 # One request id end to end: Envoy's x-request-id (generated at the listener, passed upstream,
 # written in the access log) is also the x-typesafe-request-id the official SDK reads.
 _REQUEST_ID = _header(names.TYPESAFE_REQUEST_ID, "%REQ(x-request-id)%")
+# A decided LLM request's answer names its route, model and config version: Envoy adds them from
+# the decision the sidecar left in the request's dynamic metadata (docs/decide/). Any other
+# request has none there, and a header whose value comes out empty is not added.
+_DECIDED = [
+    _header(header, f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{key})%")
+    for header, key in ((DECISION_HEADER, "decision"), (MODEL_HEADER, "model"), ("x-vsr-config-version", "version"))
+]
 
 
 __all__ = ["MODELS_PATH", "SYSTEMONE_MODELS_PATH", "error_body", "route_configuration", "route_table"]

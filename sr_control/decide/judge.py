@@ -39,10 +39,11 @@ def escalate(
         return Escalation(None, "no model left in the route")
     if elapsed_ms >= judge.deadline_ms:
         return Escalation(None, f"past the judge's deadline of {judge.deadline_ms} ms")
-    unknown = unknown_in(judge.when, answers)
+    test = plan.judge_tests.get(decision.judge) or judge.when
+    unknown = unknown_in(test, answers)
     if skips(unknown, plan.judge_signals):
         return Escalation(None, f"unknown: {', '.join(unknown)} (on_unknown: skip keeps the answer)")
-    if holds(judge.when, plan.judge_signals, answers):
+    if holds(test, plan.judge_signals, answers):
         return Escalation(decision.models[tried], f"judge {decision.judge!r} holds")
     return Escalation(None, f"judge {decision.judge!r} does not hold")
 

@@ -261,41 +261,70 @@ def answer_text(api: str, response: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------------------- parts -> calls
 
 
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What one decision model is asked, the same for every request: built once per plan."""
+
+    model: str
+    signals: tuple[str, ...]
+    questions: Mapping[str, Question]
+    kinds: Mapping[str, str]
+    wanted: frozenset[str]  # the parts (and media kinds) its signals read
+    deadline_ms: int  # the longest timeout_ms of its signals
+
+
 def build_calls(plan: VirtualModelPlan, parts: Parts, *, judge: bool = False) -> tuple[DecideCall, ...]:
     """One call per decision model that the virtual model's signals ask (one, when every signal
     asks the same model: the default ``vllm-sr/auto``). ``judge``: the judges' signals, asked
     once the LLM has answered (``parts.with_answer(...)``)."""
-    signals = plan.judge_signals if judge else plan.signals
-    by_model: dict[str, dict[str, Signal]] = {}
-    for name, signal in signals.items():
-        if signal.asks_model:
-            by_model.setdefault(signal.model, {})[name] = signal
-    return tuple(call_for(model, asked, parts) for model, asked in by_model.items())
+    key = ("asked", judge)
+    asks = plan.memo.get(key)
+    if asks is None:
+        signals = plan.judge_signals if judge else plan.signals
+        by_model: dict[str, dict[str, Signal]] = {}
+        for name, signal in signals.items():
+            if signal.asks_model:
+                by_model.setdefault(signal.model, {})[name] = signal
+        asks = plan.memo[key] = tuple(asked_of(model, asked) for model, asked in by_model.items())
+    return tuple(_call(a, parts) for a in asks)
 
 
 def call_for(model: str, signals: Mapping[str, Signal], parts: Parts) -> DecideCall:
     """One request asking ``signals`` (name -> signal) of ``model`` about ``parts``."""
-    wanted = {p for s in signals.values() for p in s.input}
+    return _call(asked_of(model, signals), parts)
+
+
+def asked_of(model: str, signals: Mapping[str, Signal]) -> Asked:
+    return Asked(
+        model,
+        tuple(signals),
+        {name: question(s) for name, s in signals.items()},
+        {n: kind_of(s) for n, s in signals.items()},
+        frozenset(p for s in signals.values() for p in s.input),
+        max(s.timeout_ms for s in signals.values()),
+    )
+
+
+def _call(asked: Asked, parts: Parts) -> DecideCall:
+    wanted = asked.wanted
     state = JsonObject((p, parts.text[p]) for p in PART_ORDER if p in wanted and parts.text.get(p))
     roles = Roles("explicit", JsonObject((p, IMPLICIT_ROLES[p]) for p in state))
     media = [m for m in parts.media if m.kind in wanted]
     assets = {f"⟦{'img' if m.kind == 'image' else 'vid'}-{i}⟧": m for i, m in enumerate(media, 1)}
-    questions = {name: question(s) for name, s in signals.items()}
-    deadline = max(s.timeout_ms for s in signals.values())
     request = Request(
         state=state,
-        questions=questions,
+        questions=asked.questions,
         roles=roles,
-        model=model,
+        model=asked.model,
         assets={
             p: Asset(m.kind, JsonObject([("type", m.kind), ("format", m.format), ("data_base64", m.data_base64)]))
             for p, m in assets.items()
         },
         media=tuple(assets),
         media_member="state" if assets else "",
-        options=JsonObject([("deadline_ms", Number(str(deadline)))]),
+        options=JsonObject([("deadline_ms", Number(str(asked.deadline_ms)))]),
     )
-    return DecideCall(model, request, tuple(signals), deadline, {n: kind_of(s) for n, s in signals.items()})
+    return DecideCall(asked.model, request, asked.signals, asked.deadline_ms, asked.kinds)
 
 
 def kind_of(signal: Signal) -> str:

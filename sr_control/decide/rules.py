@@ -17,14 +17,17 @@ No route firing sends the request to the virtual model's ``default`` (``Decision
 None); without a default, ``Decision.models`` is empty and the sidecar answers the API's own
 error. The sidecar calls ``decide`` once per LLM request to a virtual model, after the
 decision-model call(s) of ``request.build_calls`` have answered or failed.
+
+Each condition is compiled once with its plan (``Test``): a request's ``decide`` reads plain
+fields, never the config model's derived properties.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from sr_control.config.model import Condition, Judge, Rewrite, Route, RouterConfig, Signal, VirtualModel
 
@@ -69,6 +72,19 @@ class Decision:
         return self.models[0] if self.models else None
 
 
+@dataclass(frozen=True, slots=True)
+class Test:
+    """A condition compiled once (``compile_condition``): what ``holds`` reads per request."""
+
+    kind: str  # all, any, not, or the kind of signal it tests
+    signal: str | None = None
+    bounds: tuple[tuple[Callable[[float, float], bool], float], ...] = ()  # noul, score
+    options: frozenset[str] = frozenset()  # choice
+    label: str | None = None  # set: the label it contains; span: the label present (None: any)
+    children: tuple[Test, ...] = ()  # all, any, not
+    signals: tuple[str, ...] = ()  # every signal it tests, in the order written (each once)
+
+
 @dataclass(frozen=True)
 class VirtualModelPlan:
     """A virtual model compiled once: its routes in the order they are tried, and the signals
@@ -81,6 +97,11 @@ class VirtualModelPlan:
     judges: Mapping[str, Judge]
     judge_signals: Mapping[str, Signal]  # the signals its judges test (asked after the answer)
     keywords: Mapping[str, re.Pattern[str]] = field(default_factory=dict)
+    tests: tuple[Test | None, ...] = ()  # each route's condition compiled, in trying order
+    judge_tests: Mapping[str, Test] = field(default_factory=dict)
+    # What other modules derive from the plan once and reuse for every request (request.py's
+    # questions); not part of the plan's value.
+    memo: dict[object, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def model_signals(self) -> dict[str, Signal]:
@@ -153,7 +174,22 @@ def compile_virtual_model(
             for s in signals_of(judges[route.judge].when):
                 judge_signals.setdefault(s, signals[s])
     keywords = {s: re.compile(sig.keyword) for s, sig in (used | judge_signals).items() if sig.keyword is not None}
-    return VirtualModelPlan(name, tuple(order), vm.default, used, used_judges, judge_signals, keywords)
+    tests = tuple(compile_condition(route.when) if route.when is not None else None for _, route in order)
+    judge_tests = {name: compile_condition(j.when) for name, j in used_judges.items()}
+    return VirtualModelPlan(
+        name, tuple(order), vm.default, used, used_judges, judge_signals, keywords, tests, judge_tests
+    )
+
+
+def compile_condition(c: Condition) -> Test:
+    kind = c.kind
+    children = tuple(compile_condition(x) for x in c.all or c.any or ([c.not_] if c.not_ is not None else []))
+    signals = tuple(signals_of(c))
+    if kind in ("all", "any", "not"):
+        return Test(kind, children=children, signals=signals)
+    bounds = tuple((_BOUND[b], t) for b, t in (c.bounds or (("at_least", 0.5),)))  # bare noul: more likely yes
+    label = c.contains if kind == "set" else c.label
+    return Test(kind, c.signal, bounds, frozenset(c.options), label, signals=signals)
 
 
 def keyword_answers(plan: VirtualModelPlan, parts: Mapping[str, str], *, judge: bool = False) -> dict[str, Answer]:
@@ -169,18 +205,22 @@ def keyword_answers(plan: VirtualModelPlan, parts: Mapping[str, str], *, judge: 
     return out
 
 
-def holds(condition: Condition, signals: Mapping[str, Signal], answers: Mapping[str, Answer]) -> bool:
+def holds(condition: Condition | Test, signals: Mapping[str, Signal], answers: Mapping[str, Answer]) -> bool:
     """The condition's value over the answers (a missing answer is unknown). The caller has
     passed over conditions for which ``skips`` holds; a skip policy reached here counts false."""
-    kind = condition.kind
+    test = condition if isinstance(condition, Test) else compile_condition(condition)
+    return _holds(test, signals, answers)
+
+
+def _holds(t: Test, signals: Mapping[str, Signal], answers: Mapping[str, Answer]) -> bool:
+    kind = t.kind
     if kind == "all":
-        return all(holds(c, signals, answers) for c in condition.all or ())
+        return all(_holds(c, signals, answers) for c in t.children)
     if kind == "any":
-        return any(holds(c, signals, answers) for c in condition.any or ())
+        return any(_holds(c, signals, answers) for c in t.children)
     if kind == "not":
-        assert condition.not_ is not None
-        return not holds(condition.not_, signals, answers)
-    name = condition.signal
+        return not _holds(t.children[0], signals, answers)
+    name = t.signal
     assert name is not None
     answer = answers.get(name)
     value = answer.value if answer is not None else None
@@ -191,25 +231,24 @@ def holds(condition: Condition, signals: Mapping[str, Signal], answers: Mapping[
         if policy == "skip":
             return False
         value = policy  # a choice signal's default option
-    return _test(condition, value)
+    return _test(t, value)
 
 
-def _test(c: Condition, value: AnswerValue) -> bool:
-    kind = c.kind
+def _test(t: Test, value: AnswerValue) -> bool:
+    kind = t.kind
     if kind in ("noul", "score"):
         x = float(value)  # type: ignore[arg-type]  # noul and score answers are numbers
-        bounds = c.bounds or (("at_least", 0.5),)  # a bare noul test: more likely yes than no
-        return all(_BOUND[b](x, t) for b, t in bounds)
+        return all(bound(x, threshold) for bound, threshold in t.bounds)
     if kind == "choice":
-        return value in c.options
+        return value in t.options
     if kind == "set":
-        return isinstance(value, frozenset) and c.contains in value
+        return isinstance(value, frozenset) and t.label in value
     if kind == "span":
-        return isinstance(value, frozenset) and (c.label in value if c.label is not None else bool(value))
+        return isinstance(value, frozenset) and (t.label in value if t.label is not None else bool(value))
     return value is True  # keyword
 
 
-_BOUND = {
+_BOUND: dict[str, Callable[[float, float], bool]] = {
     "above": lambda x, t: x > t,
     "at_least": lambda x, t: x >= t,
     "below": lambda x, t: x < t,
@@ -217,8 +256,11 @@ _BOUND = {
 }
 
 
-def unknown_in(condition: Condition | None, answers: Mapping[str, Answer]) -> tuple[str, ...]:
-    return tuple(s for s in signals_of(condition) if (a := answers.get(s)) is None or a.value is None)
+def unknown_in(condition: Condition | Test | None, answers: Mapping[str, Answer]) -> tuple[str, ...]:
+    if condition is None:
+        return ()
+    tested = condition.signals if isinstance(condition, Test) else signals_of(condition)
+    return tuple(s for s in tested if (a := answers.get(s)) is None or a.value is None)
 
 
 def skips(unknown: tuple[str, ...], signals: Mapping[str, Signal]) -> bool:
@@ -231,12 +273,12 @@ def skips(unknown: tuple[str, ...], signals: Mapping[str, Signal]) -> bool:
 def decide(plan: VirtualModelPlan, answers: Mapping[str, Answer]) -> Decision:
     """The first route (in trying order) whose condition holds; else the default."""
     trace: list[RouteTrace] = []
-    for position, (_, route) in enumerate(plan.routes):
-        unknown = unknown_in(route.when, answers)
-        if skips(unknown, plan.signals):
+    for position, ((_, route), test) in enumerate(zip(plan.routes, plan.tests, strict=True)):
+        unknown = unknown_in(test, answers)
+        if unknown and skips(unknown, plan.signals):
             trace.append(RouteTrace(route.name, "skipped", unknown))
             continue
-        fired = route.when is None or holds(route.when, plan.signals, answers)
+        fired = test is None or _holds(test, plan.signals, answers)
         if fired:
             trace.append(RouteTrace(route.name, "fired", unknown))
             trace += [RouteTrace(later.name, "not tried") for _, later in plan.routes[position + 1 :]]
@@ -252,6 +294,8 @@ __all__ = [
     "Decision",
     "RouteTrace",
     "VirtualModelPlan",
+    "Test",
+    "compile_condition",
     "compile_plan",
     "compile_virtual_model",
     "condition_text",

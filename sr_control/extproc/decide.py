@@ -10,8 +10,10 @@
               body to the chosen provider's cluster, as for any LLM request (llm.to_provider)
 
 The client's answer streams back untouched; its headers get ``x-vsr-decision`` (the route, or
-``default``) and ``x-vsr-model``. No route and no default: the API's own error (400), never a
-5xx of the router's.
+``default``) and ``x-vsr-model``, which Envoy adds from the decision's record in the request's
+dynamic metadata (``Decided.record``, namespace ``vllm-sr.decide``; the access log writes it
+too), so the answer's headers need no message to the sidecar. No route and no default: the
+API's own error (400), never a 5xx of the router's.
 
     judge     a route with a judge and a next model, on a non-streamed answer: the answer is
               read (the route's API sends its body to the sidecar for that request only), the
@@ -22,12 +24,13 @@ The client's answer streams back untouched; its headers get ``x-vsr-decision`` (
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+import msgspec
 
 from sr_base.log import get_logger
 from sr_control.config.model import Signal
@@ -43,10 +46,11 @@ from sr_control.decide.request import (
     parts_of,
     read_answers,
 )
-from sr_control.decide.rewrite import response_headers, rewritten
+from sr_control.decide.rewrite import NO_ROUTE, rewritten
 from sr_control.decide.rules import Answer as SignalAnswer
 from sr_control.decide.rules import Decision, VirtualModelPlan, decide, keyword_answers
 from sr_control.extproc.auth import upstream_key
+from sr_control.extproc.capability import Card
 from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.incoming import Incoming, Sidecar
 from sr_control.extproc.llm import ANTHROPIC, llm_error, model_of, to_provider
@@ -74,13 +78,14 @@ def virtual_model(incoming: Incoming, body: bytes) -> VirtualModelPlan | None:
 
 @dataclass(frozen=True)
 class Decided:
-    """What the answer phases need of a decided request: its headers, and for a judge the rest."""
+    """A decided request: its record for Envoy (the access log's fields and the answer's x-vsr-*
+    headers, through dynamic metadata), and for a judge what it reads."""
 
     plan: VirtualModelPlan
     decision: Decision
     parts: Parts
     body: dict[str, Any]  # the client's body, parsed
-    headers: tuple[tuple[str, str], ...]  # x-vsr-decision, x-vsr-model
+    record: dict[str, Any]  # decision, model, signals (name -> answer as shown), version
 
     @property
     def judged(self) -> bool:
@@ -91,11 +96,12 @@ class Decided:
 async def decide_request(
     sidecar: Sidecar, incoming: Incoming, body: bytes, plan: VirtualModelPlan
 ) -> tuple[Forward | Answer, Decided | None]:
-    """Where the request goes (or the API's error), and what its answer phases need."""
+    """Where the request goes (or the API's error), and the decision (None: the body was not a
+    request of its API, nothing was asked)."""
     api = incoming.api
     started = time.monotonic()
     try:
-        doc = json.loads(body)
+        doc = msgspec.json.decode(body)
         if not isinstance(doc, dict):
             raise NotAConversation("the request body is not a JSON object")
         parts = parts_of(api, doc)
@@ -107,15 +113,18 @@ async def decide_request(
     metrics.decide_calls.observe(asked)
     metrics.decide_seconds.labels(incoming.listener).observe(time.monotonic() - started)
     model = decision.model
+    label = NO_DECISION if model is None else decision.route or NO_ROUTE
+    metrics.decide_requests.labels(incoming.listener, label, model or "").inc()
+    record = {
+        "decision": label,
+        "model": model or "",
+        "signals": {name: _shown(a) for name, a in answers.items()},
+        "version": incoming.data.version,
+    }
+    decided = Decided(plan, decision, parts, doc, record)
+    # Envoy's access log line has the decision (the record); this line is for debugging.
+    _log.debug("decided", request_id=incoming.request_id, virtual_model=plan.name, calls=asked, **record)
     if model is None:
-        metrics.decide_requests.labels(incoming.listener, NO_DECISION, "").inc()
-        _log.info(
-            "no route",
-            listener=incoming.listener,
-            request_id=incoming.request_id,
-            virtual_model=plan.name,
-            signals={name: _shown(a) for name, a in answers.items()},
-        )
         routes = ", ".join(f"{t.route}: {t.outcome}" for t in decision.trace)
         return llm_error(
             api,
@@ -123,46 +132,43 @@ async def decide_request(
             f"no route of virtual model '{plan.name}' matches this request and it has no default ({routes})",
             "no_route",
             "model",
-        ), None
-    headers = response_headers(decision, model)
-    metrics.decide_requests.labels(incoming.listener, headers[0][1], model).inc()
-    # The sidecar's record of the decision, joined to Envoy's access log line by request id.
-    _log.info(
-        "decided",
-        listener=incoming.listener,
-        request_id=incoming.request_id,
-        virtual_model=plan.name,
-        route=headers[0][1],
-        model=model,
-        signals={name: _shown(a) for name, a in answers.items()},
-        calls=asked,
-    )
+        ), decided
     provider = incoming.data.providers.get(model)
     if provider is None:  # the compiler carries every route target: a config that changed under us
-        return llm_error(api, 404, f"The model '{model}' has no provider on this listener", "model_not_found"), None
+        return llm_error(api, 404, f"The model '{model}' has no provider on this listener", "model_not_found"), decided
     rewrite = decision.rewrite
-    new_body = json.dumps(rewritten(api, doc, model, rewrite), ensure_ascii=False).encode()
+    new_body = msgspec.json.encode(rewritten(api, doc, model, rewrite))
     sets = tuple(rewrite.headers.items()) if rewrite is not None else ()
-    return to_provider(incoming, provider, sets, new_body), Decided(plan, decision, parts, doc, headers)
+    return to_provider(incoming, provider, sets, new_body), decided
 
 
-async def judge(
-    sidecar: Sidecar, incoming: Incoming, decided: Decided, status: int, body: bytes
-) -> tuple[int, bytes, tuple[tuple[str, str], ...]]:
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """What the client gets after the judge: the answer, the model that gave it, and the
+    decision's record with the judge's answers added (the last asked of each signal)."""
+
+    status: int
+    body: bytes
+    model: str
+    record: dict[str, Any]
+
+
+async def judge(sidecar: Sidecar, incoming: Incoming, decided: Decided, status: int, body: bytes) -> Judged:
     """The chosen model answered ``status``/``body``: the route's judge reads it and, while it
-    holds (and the judge's limits allow), the sidecar asks the route's next model itself. The
-    answer the client gets, and its x-vsr-* headers. A judge never fails the request: what goes
-    wrong keeps the answer in hand."""
+    holds (and the judge's limits allow), the sidecar asks the route's next model itself. A
+    judge never fails the request: what goes wrong keeps the answer in hand."""
     api = incoming.api
     plan, decision = decided.plan, decided.decision
-    headers = decided.headers
+    model = decision.model or ""
+    shown = dict(decided.record["signals"])
     tried = 1
     while status == 200 and _may_escalate(plan, decision, tried, incoming):
         try:
-            text = answer_text(api, json.loads(body))
+            text = answer_text(api, msgspec.json.decode(body))
         except (ValueError, AttributeError, TypeError):
             break
         answers, _ = await _answers(sidecar, incoming, plan, decided.parts.with_answer(text), judge=True)
+        shown |= {name: _shown(a) for name, a in answers.items()}
         step = escalate(plan, decision, answers, tried, (time.monotonic() - incoming.started) * 1000)
         if step.to is None:
             break
@@ -171,9 +177,9 @@ async def judge(
         if got is None:
             break
         status, body = got
-        headers = response_headers(decision, step.to)
+        model = step.to
         sidecar.metrics.decide_requests.labels(incoming.listener, "escalated", step.to).inc()
-    return status, body, headers
+    return Judged(status, body, model, {"model": model, "signals": shown})
 
 
 def _may_escalate(plan: VirtualModelPlan, decision: Decision, tried: int, incoming: Incoming) -> bool:
@@ -191,7 +197,7 @@ async def _ask_llm(sidecar: Sidecar, incoming: Incoming, decided: Decided, model
     if provider is None or not provider.endpoints:
         return None
     rewrite = decided.decision.rewrite
-    body = json.dumps(rewritten(incoming.api, decided.body, model, rewrite), ensure_ascii=False).encode()
+    body = msgspec.json.encode(rewritten(incoming.api, decided.body, model, rewrite))
     path = provider.base_path + incoming.path[len("/v1") :] if incoming.path.startswith("/v1") else incoming.path
     origin = urlsplit(provider.endpoints[0])
     headers = [("content-type", "application/json"), ("x-request-id", incoming.request_id)]
@@ -222,21 +228,22 @@ async def _answers(
     asked = [c for c in calls if not c.empty]
     signals = plan.judge_signals if judge else plan.signals
     if len(asked) == 1:  # the usual case, one decision model: no task to schedule
-        got = [await _ask(sidecar, incoming, asked[0], signals)]
+        got = [await _ask(sidecar, incoming, plan, asked[0], signals)]
     else:
-        got = await asyncio.gather(*(_ask(sidecar, incoming, c, signals) for c in asked))
+        got = await asyncio.gather(*(_ask(sidecar, incoming, plan, c, signals) for c in asked))
     replies = iter(got)  # in the order of `asked`, which keeps the order of `calls`
     for call in calls:
         result, failure, _ = (None, EMPTY, 0) if call.empty else next(replies)
         answers |= read_answers(call, result, failure)
+    counted = sidecar.metrics.decide_answers
     for name, answer in answers.items():
         for bucket in _buckets(answer):
-            sidecar.metrics.decide_answers.labels(name, bucket).inc()
+            counted.labels(name, bucket).inc()
     return answers, sum(posted for _, _, posted in got)
 
 
 async def _ask(
-    sidecar: Sidecar, incoming: Incoming, call: DecideCall, signals: Mapping[str, Signal]
+    sidecar: Sidecar, incoming: Incoming, plan: VirtualModelPlan, call: DecideCall, signals: Mapping[str, Signal]
 ) -> tuple[ItemResult | None, str | None, int]:
     """``call`` sent to the members of its decision model in turn, until one answers: the answer,
     or why there is none. A member whose card says it cannot answer one of the call's signals
@@ -253,11 +260,9 @@ async def _ask(
     for member in members:
         state = sidecar.cards.current(member)
         card = state.card if state is not None else None
-        lacking = [
-            f"{name} needs {', '.join(w)}" for name in call.signals if card and (w := lacks(signals[name], card))
-        ]
+        lacking = _lacking(plan, call, signals, card) if card is not None else ""
         if lacking:
-            failure = f"{member.name} cannot answer: {'; '.join(lacking)}"
+            failure = f"{member.name} cannot answer: {lacking}"
             continue
         left_s = deadline - time.monotonic()
         if left_s <= 0:
@@ -317,6 +322,18 @@ async def _ask(
             gate.release()
         return result, None, posted
     return None, failure, posted
+
+
+def _lacking(plan: VirtualModelPlan, call: DecideCall, signals: Mapping[str, Signal], card: Card) -> str:
+    """What ``card`` lacks to answer the call's signals, in one line ("" when nothing). A card
+    changes seldom and the plan's requests ask the same signals: worked out once per pair."""
+    key = ("lacking", call.signals, card)
+    found: str | None = plan.memo.get(key)
+    if found is None:
+        found = plan.memo[key] = "; ".join(
+            f"{name} needs {', '.join(w)}" for name in call.signals if (w := lacks(signals[name], card))
+        )
+    return found
 
 
 def _shown(answer: SignalAnswer) -> Any:

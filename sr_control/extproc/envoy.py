@@ -16,16 +16,23 @@ sends back. Every quirk of the protocol lives here, each with the reason (measur
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
+from sr_control.decide.rewrite import METADATA_NAMESPACE as DECIDE_METADATA
+
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
-# The dynamic metadata namespace the listener accepts from the sidecar (listener.yaml).
+# The dynamic metadata namespaces the listener accepts from the sidecar (listener.yaml).
 METADATA_NAMESPACE = "vllm-sr"
+# A decided LLM request's record (decision, model, the signals' answers, version): the access
+# log's fields, and the answer's x-vsr-* headers, which the route adds from it (routes.py), so
+# no response-headers message comes to the sidecar for them.
+DECIDE_NAMESPACE = DECIDE_METADATA
 
 # Answers that carry nothing: built once, sent as they are (grpc serializes, never mutates).
 CONTINUE_REQUEST_HEADERS = pb.ProcessingResponse(request_headers=pb.HeadersResponse())
@@ -73,6 +80,13 @@ def _name_member(out: pb.ProcessingResponse, member: str | None) -> None:
     """The member that answers, in the request's dynamic metadata (the access log's ``member``)."""
     if member:
         out.dynamic_metadata.fields[METADATA_NAMESPACE].struct_value.fields["member"].string_value = member
+
+
+def with_metadata(out: pb.ProcessingResponse, namespace: str, values: Mapping[str, Any]) -> pb.ProcessingResponse:
+    """``out`` carrying ``values`` in the request's dynamic metadata under ``namespace``. Envoy
+    merges them into what the namespace holds, whichever phase's answer carries them."""
+    out.dynamic_metadata.fields[namespace].struct_value.update(values)
+    return out
 
 
 def forward(f: Forward, cluster_header: str) -> pb.ProcessingResponse:
@@ -153,6 +167,7 @@ def replace_response(a: Answer, upstream_status: int, upstream_body: bytes) -> p
 
 __all__ = [
     "CONTINUE_REQUEST_BODY",
+    "DECIDE_NAMESPACE",
     "CONTINUE_REQUEST_HEADERS",
     "CONTINUE_RESPONSE_BODY",
     "CONTINUE_RESPONSE_HEADERS",
@@ -165,4 +180,5 @@ __all__ = [
     "immediate",
     "pass_response",
     "replace_response",
+    "with_metadata",
 ]

@@ -7,11 +7,13 @@
                       and answers (systemone_path.py, its steps top to bottom);
                       LLM APIs: pick the provider by ``model`` (llm.py), or
                       decide it when ``model`` is a virtual model (decide.py)
-    response_headers  a decided LLM request's answer gets x-vsr-decision/x-vsr-model;
-                      a failed member is replaced by another (fail-over); a reply the member
-                      calls whole that is the client's answer as it is goes through unread;
-                      else go on
-    response_body     the member's reply in the client's schema
+    response_headers  a decided LLM request whose judge reads the answer asks for its body
+                      (only an API with a judge sends this phase; Envoy adds x-vsr-decision
+                      and x-vsr-model from the decision's dynamic metadata); a failed member
+                      is replaced by another (fail-over); a reply the member calls whole that
+                      is the client's answer as it is goes through unread; else go on
+    response_body     the member's reply in the client's schema; a judged LLM answer, kept or
+                      escalated
 
 The servicer only moves messages: what to do with each is the handlers'. Errors meet one
 boundary here: a ProtocolError is the client's answer in its listener's form; anything else is
@@ -33,6 +35,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from sr_base.log import get_logger
 from sr_base.tracing import REQUEST_ID, TRACE_HEADERS, Tracing, set_status, step, tracer_for
 from sr_control.compiler.names import CLUSTER_HEADER
+from sr_control.decide.rewrite import response_headers
 from sr_control.extproc import envoy, llm
 from sr_control.extproc.answer import error_answer, whole_as_sent
 from sr_control.extproc.auth import TWO_KEYS, KeysUnavailable
@@ -196,10 +199,15 @@ class Exchange:
                 self.api, 404, f"listener {self.listener!r} does not offer the {self.api} API", "not_found"
             )
         if isinstance(out, Answer):
-            return self._immediate(out)
-        if self.call is None:
-            self.status = 0  # forwarded as it is: the provider's status is not seen here
-        return envoy.forward(out, CLUSTER_HEADER)
+            response = self._immediate(out)
+        else:
+            if self.call is None:
+                self.status = 0  # forwarded as it is: the provider's status is not seen here
+            response = envoy.forward(out, CLUSTER_HEADER)
+        if self.decided is not None:
+            # The access log's decision and signals; the route adds x-vsr-* to the answer from it.
+            envoy.with_metadata(response, envoy.DECIDE_NAMESPACE, self.decided.record)
+        return response
 
     async def _response_headers(self, message: pb.HttpHeaders) -> pb.ProcessingResponse:
         headers = envoy.headers_of(message)
@@ -209,7 +217,7 @@ class Exchange:
             if decided is None:
                 return envoy.CONTINUE_RESPONSE_HEADERS
             if not decided.judged or message.end_of_stream:
-                return envoy.pass_response((*decided.headers, *self._stamp()))
+                return envoy.pass_response(())  # the route added the x-vsr-* headers
             # The route's judge reads this answer: its body comes to the sidecar, this request only.
             self.upstream_status = status
             out = pb.ProcessingResponse(response_headers=pb.HeadersResponse())
@@ -234,11 +242,14 @@ class Exchange:
             decided = self.decided
             if decided is None or self.incoming is None:
                 return envoy.CONTINUE_RESPONSE_BODY
-            status, judged, headers = await judge(self.sidecar, self.incoming, decided, self.upstream_status, body)
+            judged = await judge(self.sidecar, self.incoming, decided, self.upstream_status, body)
             self.done = True
-            return envoy.replace_response(
-                Answer(status, (*headers, *self._stamp()), judged), self.upstream_status, body
-            )
+            # The model that answered (the next one, when the judge escalated) and the judge's
+            # answers: in the answer's headers and the access log.
+            headers = response_headers(decided.decision, judged.model)
+            answer = Answer(judged.status, headers, judged.body)
+            response = envoy.replace_response(answer, self.upstream_status, body)
+            return envoy.with_metadata(response, envoy.DECIDE_NAMESPACE, judged.record)
         answer = self.systemone.response_body(self.call, self.upstream_status, self.upstream_headers, body)
         self.status = answer.status
         self.done = True

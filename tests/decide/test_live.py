@@ -179,6 +179,7 @@ class Live:
     config: Path
     runtime: Runtime
     sidecar: SidecarProc
+    envoy: Envoy
     small: ChatUpstream
     big: ChatUpstream
 
@@ -227,7 +228,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             return reply.status == 200 and "vllm-sr/router" in reply.body.decode()
 
         wait_for(listed, timeout=60, what="the listener to list vllm-sr/router")
-        yield Live(port, plane.config, runtime, sidecar, small, big)
+        yield Live(port, plane.config, runtime, sidecar, envoy, small, big)
     finally:
         for part in reversed(parts):
             part.stop()
@@ -236,11 +237,21 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         big.stop()
 
 
-def decided_line(live: Live, request_id: str) -> dict[str, Any] | None:
-    for line in live.sidecar.log.read_text().splitlines():
-        if request_id in line and '"decided"' in line:
-            return dict(json.loads(line))
+def access_line(live: Live, request_id: str) -> dict[str, Any] | None:
+    """Envoy's access log line of the request (JSON, on Envoy's stdout)."""
+    for line in live.envoy.log.read_text().splitlines():
+        if line.startswith("{") and request_id in line:
+            doc = json.loads(line)
+            if doc.get("request_id") == request_id:
+                return dict(doc)
     return None
+
+
+def logged(live: Live, reply: Reply) -> dict[str, Any]:
+    found: dict[str, Any] = wait_for(
+        lambda: access_line(live, reply.headers["x-typesafe-request-id"]), timeout=10, what="the access log line"
+    )
+    return found
 
 
 def route_cli(live: Live, tmp_path: Path, body: dict[str, Any]) -> dict[str, Any]:
@@ -302,13 +313,13 @@ def test_the_conversation_routes_to_an_llm_in_one_decision_call(
         assert "x-team" not in headers
     shown = route_cli(live, tmp_path, chat_body("vllm-sr/router", *turns))
     assert (shown["route"], shown["model"]) == (decision, upstream)
-    # The sidecar's log has the decision and every answer, under the request's id.
-    logged = wait_for(
-        lambda: decided_line(live, reply.headers["x-typesafe-request-id"]), timeout=10, what="the decision logged"
-    )
-    assert (logged["route"], logged["model"], logged["calls"]) == (decision, upstream, 1)
-    assert logged["signals"]["outage"] is (decision == "outages")
-    assert set(logged["signals"]) == {"outage", "urgent", "team", "urgency", "polite"}
+    # Envoy's access log line has the decision and every signal's answer.
+    line = logged(live, reply)
+    assert (line["decision"], line["model"], line["status"]) == (decision, upstream, 200)
+    assert line["signals"]["outage"] is (decision == "outages")
+    assert set(line["signals"]) == {"outage", "urgent", "team", "urgency", "polite"}
+    assert 0 <= line["signals"]["urgent"] <= 1  # a noul answer: P(yes)
+    assert line["signals"]["team"] in ("billing", "engineering", "other")
     metrics = live.sidecar.metrics()
     for name in ("vsr_decide_model_calls_per_request_count", "vsr_decide_model_calls_per_request_sum"):
         assert metric(metrics, name) - metric(counted, name) == 1  # one request, one call
@@ -337,6 +348,8 @@ def test_no_route_and_no_default_is_the_apis_own_error(live: Live, tmp_path: Pat
     assert error["type"] == "invalid_request_error"
     assert error["code"] == "no_route"
     assert re.search(r"no route of virtual model 'vllm-sr/strict' matches", error["message"])
+    line = logged(live, reply)
+    assert (line["decision"], line["model"], line["signals"], line["status"]) == ("none", "", {"zebra": False}, 400)
     assert route_cli(live, tmp_path, chat_body("vllm-sr/strict", EVERYDAY))["model"] is None
 
 
@@ -344,7 +357,9 @@ def test_a_model_the_listener_serves_itself_goes_straight_to_it(live: Live) -> N
     reply = live.chat("small-llm", EVERYDAY)
     assert reply.status == 200
     assert reply.json()["choices"][0]["message"]["content"] == "small-llm answers"
-    assert "x-vsr-decision" not in reply.headers
+    assert "x-vsr-decision" not in reply.headers and "x-vsr-model" not in reply.headers
+    line = logged(live, reply)
+    assert (line["decision"], line["model"], line["signals"]) == (None, None, None)
 
 
 def test_a_judge_that_holds_escalates_the_answer_to_the_routes_next_model(live: Live, tmp_path: Path) -> None:
@@ -356,6 +371,9 @@ def test_a_judge_that_holds_escalates_the_answer_to_the_routes_next_model(live: 
     assert (len(live.small.received) - small, len(live.big.received) - big) == (1, 1)
     assert live.big.received[-1][0]["model"] == "big-llm"
     assert live.decision_calls() - calls == 1  # the judge's one call over the first answer
+    line = logged(live, reply)
+    assert (line["decision"], line["model"]) == ("checked", "big-llm")  # the model that answered
+    assert 0 <= line["signals"]["weak"] <= 1
     # vllm-sr route never calls the LLM: it shows the route and the models the judge may try.
     shown = route_cli(live, tmp_path, chat_body("vllm-sr/judged", EVERYDAY))
     assert (shown["route"], shown["models"], shown["judge"]) == ("checked", ["small-llm", "big-llm"], "weak")
@@ -389,11 +407,8 @@ def test_a_member_whose_card_lacks_the_signal_is_not_asked_and_on_unknown_decide
     assert (reply.headers["x-vsr-decision"], reply.headers["x-vsr-model"]) == ("private", "big-llm")
     assert live.decision_calls() == calls
     assert metric(live.sidecar.metrics(), "vsr_decide_signal_answers_total", signal="pii", answer="unknown") >= 1
-    logged = wait_for(
-        lambda: decided_line(live, reply.headers["x-typesafe-request-id"]), timeout=10, what="the decision logged"
-    )
-    assert logged["calls"] == 0
-    assert logged["signals"]["pii"].startswith("unknown: tiny cannot answer: pii needs span questions")
+    line = logged(live, reply)
+    assert line["signals"]["pii"].startswith("unknown: tiny cannot answer: pii needs span questions")
     path = tmp_path / "request.json"
     path.write_text(json.dumps(chat_body("vllm-sr/private", EVERYDAY)))
     result = run_cli("route", str(path), "--config", str(live.config))

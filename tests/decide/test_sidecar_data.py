@@ -41,7 +41,10 @@ def test_a_listener_without_virtual_models_carries_no_decide_data() -> None:
     assert set(data.providers) == {"small-llm", "big-llm"}
 
 
-def test_only_an_api_offering_a_virtual_model_sends_the_answers_headers_to_the_sidecar() -> None:
+def test_only_an_api_offering_a_judge_sends_the_answers_headers_to_the_sidecar() -> None:
+    """Without a judge the answer's x-vsr-* headers come from the decision's dynamic metadata:
+    the answer never goes to the sidecar."""
+
     def modes(text: str) -> list[str]:
         routes = route_config(compile_text(text), "public")["virtual_hosts"][0]["routes"]
         found = []
@@ -53,5 +56,7 @@ def test_only_an_api_offering_a_virtual_model_sends_the_answers_headers_to_the_s
         return found
 
     assert modes(EXAMPLE.read_text()) == ["SEND"]
+    unjudged = EXAMPLE.read_text().replace("        judge: weak\n", "")
+    assert modes(unjudged) == ["SKIP"]
     plain = EXAMPLE.read_text().replace("models: [vllm-sr/router, small-llm, big-llm]", "models: [small-llm, big-llm]")
     assert modes(plain) == ["SKIP"]
