@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -103,11 +104,13 @@ class Tracing:
         finally:
             _current.reset(token)
 
-    def inject(self, headers: list[tuple[str, str]]) -> None:
-        """The current span's ``traceparent`` (and ``tracestate``) added to ``headers``."""
+    def headers_of(self, span: Span) -> list[tuple[str, str]]:
+        """The ``traceparent`` (and ``tracestate``) that make a callee's span a child of ``span``."""
+        from opentelemetry.trace import set_span_in_context
+
         carrier: dict[str, str] = {}
-        self._propagator.inject(carrier)
-        headers.extend(carrier.items())
+        self._propagator.inject(carrier, context=set_span_in_context(span))
+        return list(carrier.items())
 
     def shutdown(self) -> None:
         """Export what is buffered, then stop the exporting thread."""
@@ -161,18 +164,16 @@ def outgoing(method: str, url: str) -> Outgoing | None:
     tracing = _current.get()
     if tracing is None:
         return None
-    from opentelemetry.trace import SpanKind, set_span_in_context
+    from opentelemetry.trace import SpanKind
 
+    where = urlsplit(url)
     span = tracing.tracer.start_span(
-        f"{method} {url.partition('?')[0]}",
+        f"{method} {where.path}",  # the host goes in an attribute: span names stay few
         kind=SpanKind.CLIENT,
-        attributes={"http.request.method": method, "url.full": url.partition("?")[0]},
+        # Without the query: a client's key may ride in one.
+        attributes={"http.request.method": method, "url.full": f"{where.scheme}://{where.netloc}{where.path}"},
     )
-    headers: list[tuple[str, str]] = []
-    carrier: dict[str, str] = {}
-    tracing._propagator.inject(carrier, context=set_span_in_context(span))
-    headers.extend(carrier.items())
-    return Outgoing(span, headers)
+    return Outgoing(span, tracing.headers_of(span))
 
 
 def tracer_for(settings: TracingSettings | None, component: str) -> Tracing | None:
