@@ -325,7 +325,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args()
     if args.small:
-        args.nodes, args.edits, args.listeners, args.idle, args.per_process = "10,30", 4, 3, 0.5, 20
+        args.nodes, args.edits, args.listeners, args.idle, args.per_process, args.pause = "10,30", 4, 3, 0.5, 50, 0.1
     rows = []
     for count in (int(n) for n in args.nodes.split(",")):
         rows.append(run_count(count, args))

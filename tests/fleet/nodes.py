@@ -44,7 +44,7 @@ from typing import Any
 import grpc
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2
-from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import any_pb2
 from google.rpc import status_pb2
 
@@ -67,6 +67,7 @@ from sr_control.xds.snapshot import Snapshot
 ENVOY_TYPES = (CLUSTER, ENDPOINT, LISTENER, ROUTE)
 _BY_NAME = {name: t for t, name in TYPE_NAMES.items()}
 _MESSAGES = {CLUSTER: Cluster, LISTENER: Listener, ROUTE: RouteConfiguration, ENDPOINT: ClusterLoadAssignment}
+_SERVICE = "envoy.service.discovery.v3.AggregatedDiscoveryService"
 _EDS = 3  # Cluster.DiscoveryType.EDS
 _HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 # Envoy's status code on a NACK (it reports every rejection as INTERNAL).
@@ -148,7 +149,9 @@ class Node:
     def subscribes(self) -> set[str]:
         return set(self.types)
 
-    def holds(self, target: Target) -> bool:
+    def holds(self, versions: Versions | Target) -> bool:
+        """Whether the node holds ``versions`` (see the module docstring)."""
+        target = versions if isinstance(versions, Target) else Target.of(versions)
         if not self.required <= self.types.keys():
             return False
         return all(target.types.get(t, held.version) == held.version for t, held in self.types.items())
@@ -169,9 +172,7 @@ class Node:
             else:
                 channel = grpc.aio.insecure_channel(self.fleet.address, options=options)
             try:
-                stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel)
-                method = stub.DeltaAggregatedResources if self.delta else stub.StreamAggregatedResources
-                self._call = method()
+                self._call = self.fleet.open_stream(channel, self.delta)
                 self.streams += 1
                 self._first = True
                 await self._session()
@@ -198,6 +199,7 @@ class Node:
             response = await self._call.read()
             if response is grpc.aio.EOF:
                 return
+            await self._reading.wait()  # a read already waiting when the node stalled: not taken
             self.connected.set()
             await self._take(response)
 
@@ -259,7 +261,7 @@ class EnvoyNode(Node):
             await self._request(t, nonce=response.nonce, error=error)
             self._answered(t, response.version_info, error)
             return
-        sent = {self.fleet.name_of(t, r): r.value for r in response.resources}
+        sent = self.fleet.named(response)
         # Wildcard types are sent whole; a type asked for by name may leave out what is unchanged.
         held.resources = sent if t in (CLUSTER, LISTENER) else {**held.resources, **sent}
         if t == CLUSTER:
@@ -323,7 +325,8 @@ class SidecarNode(Node):
         await self._send(ack)
         self._answered(t, response.system_version_info, error)
 
-    def holds(self, target: Target) -> bool:
+    def holds(self, versions: Versions | Target) -> bool:
+        target = versions if isinstance(versions, Target) else Target.of(versions)
         held = self.types.get(SIDECAR)
         if held is None or target.snapshot is None or "*" in held.names:
             return super().holds(target)
@@ -351,6 +354,7 @@ class Fleet:
         sidecars: int = 0,
         listeners: Sequence[str] = (),
         stalled: int = 0,
+        stalled_sidecars: int = 0,
         prefix: str = "sim",
         cluster: str = "vllm-sr",
         credentials: grpc.ChannelCredentials | None = None,
@@ -358,7 +362,8 @@ class Fleet:
         refuse: Refuse | None = None,
     ) -> None:
         """``listeners``: what each sidecar subscribes to (every listener when empty).
-        ``stalled``: how many of the Envoys read nothing once the first load is in (see ``stall``)."""
+        ``stalled``, ``stalled_sidecars``: how many Envoys and sidecars stop reading on ``stall()``;
+        their receive window is kept small, so that a response or two fills it."""
         self.address = address
         self.cluster = cluster
         self.sidecar_names = tuple(f"sidecar/{name}" for name in listeners) or ("*",)
@@ -366,11 +371,13 @@ class Fleet:
         self.envoys = [EnvoyNode(self, f"{prefix}-envoy-{i}", **kw) for i in range(envoys)]
         self.sidecars = [SidecarNode(self, f"{prefix}-sidecar-{i}", **kw) for i in range(sidecars)]
         self.nodes: list[Node] = [*self.envoys, *self.sidecars]
-        self.stalled_names = {n.name for n in self.envoys[:stalled]}
+        self.stalled_names = {n.name for n in [*self.envoys[:stalled], *self.sidecars[:stalled_sidecars]]}
         self._waiters: list[_Waiter] = []
         # Decoded once per distinct resource, however many nodes receive it.
         self._names: dict[tuple[str, bytes], str] = {}
         self._derived: dict[tuple[str, bytes], tuple[str, ...]] = {}
+        self._decoded: dict[bytes, Any] = {}
+        self._named: dict[int, tuple[Any, dict[str, bytes]]] = {}
 
     async def __aenter__(self) -> Fleet:
         for node in self.nodes:
@@ -421,6 +428,41 @@ class Fleet:
                     waiter.done.set_result(None)
 
     # -- reading resources, once each
+
+    def open_stream(self, channel: grpc.aio.Channel, delta: bool) -> Any:
+        """An ADS call whose responses are decoded once per distinct bytes for the whole process.
+
+        Nodes in step get the same bytes (same content, same nonce: nonces count per stream);
+        real Envoys each decode on CPUs of their own, simulated ones share the host's, so
+        decoding each copy would measure the simulator, not the control plane."""
+        name, kind, request = (
+            ("DeltaAggregatedResources", discovery_pb2.DeltaDiscoveryResponse, discovery_pb2.DeltaDiscoveryRequest)
+            if delta
+            else ("StreamAggregatedResources", discovery_pb2.DiscoveryResponse, discovery_pb2.DiscoveryRequest)
+        )
+
+        def decode(data: bytes) -> Any:
+            message = self._decoded.get(data)
+            if message is None:
+                if len(self._decoded) > 256:
+                    self._decoded.clear()
+                message = self._decoded[data] = kind.FromString(data)
+            return message
+
+        method = channel.stream_stream(
+            f"/{_SERVICE}/{name}", request_serializer=request.SerializeToString, response_deserializer=decode
+        )
+        return method()
+
+    def named(self, response: discovery_pb2.DiscoveryResponse) -> dict[str, bytes]:
+        """A SotW response's resources by name, read once per response."""
+        found = self._named.get(id(response))
+        if found is None or found[0] is not response:
+            if len(self._named) > 256:
+                self._named.clear()
+            t = response.type_url
+            found = self._named[id(response)] = (response, {self.name_of(t, r): r.value for r in response.resources})
+        return found[1]
 
     def name_of(self, t: str, packed: any_pb2.Any) -> str:
         key = (t, packed.value)
