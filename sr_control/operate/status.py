@@ -257,6 +257,8 @@ def render(report: dict[str, Any]) -> str:
             f"  {n['state'].upper():8} {n['kind']:7} {n['id']}  holds {held}  over {n['protocol']} "
             f"from {n['peer']}  connected {n['connected_at']}"
         )
+        if n["since"]:
+            lines.append(f"           holds it since {n['since']}")
         if n["status_address"]:
             lines.append(f"           status port {n['status_address']}")
         if n["nack"]:
@@ -335,6 +337,7 @@ REPORT_SCHEMA: dict[str, Any] = {
                     "peer",
                     "connected_at",
                     "status_address",
+                    "since",
                     "state",
                     "version",
                     "nack",
@@ -342,6 +345,7 @@ REPORT_SCHEMA: dict[str, Any] = {
                 ],
                 "properties": {
                     "status_address": {"type": ["string", "null"]},
+                    "since": {"type": ["string", "null"]},
                     "kind": {"enum": ["envoy", "sidecar"]},
                     "protocol": {"enum": ["sotw", "delta"]},
                     "state": {"enum": ["in_step", "behind", "refused"]},

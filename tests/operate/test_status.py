@@ -31,6 +31,7 @@ def test_status_shows_every_node_in_step_with_listeners_and_members(live: Live) 
     assert report["control_plane"]["config"] == str(live.config)
     kinds = sorted((n["kind"], n["state"], n["version"], n["protocol"]) for n in report["nodes"])
     assert kinds == [("envoy", "in_step", version, "delta"), ("sidecar", "in_step", version, "delta")]
+    assert all(n["since"] >= n["connected_at"] for n in report["nodes"])  # since when each holds it
     (public,) = report["listeners"]
     (api,) = public["apis"]
     assert (public["name"], public["port"], api["api"], api["schema"]) == (
