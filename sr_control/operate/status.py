@@ -13,6 +13,7 @@ node metadata, where its status port answers (a wildcard address is read as the 
 from __future__ import annotations
 
 import ipaddress
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sr_control.operate.live import Unreachable, get_json, get_text, legacy_forms
@@ -160,7 +161,9 @@ def gather(xds: str, sidecars: list[str] | None = None) -> dict[str, Any]:
     unseen: list[str] = []
     if sidecars is None:
         sidecars, unseen = status_ports(nodes)
-    side = [_sidecar(a) for a in sidecars]
+    # Asked at once: a fleet's sidecars (or a few that do not answer) cost one wait, not one each.
+    with ThreadPoolExecutor(max_workers=min(16, len(sidecars) or 1)) as pool:
+        side = list(pool.map(_sidecar, sidecars))
     problems = []
     for n in nodes:
         if n["state"] == "refused":
