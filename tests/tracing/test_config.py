@@ -56,6 +56,7 @@ def test_tracing_compiles_to_envoys_opentelemetry_tracer_and_a_collector_cluster
         assert hcm["tracing"] == {
             "random_sampling": {"value": 25.0},
             "spawn_upstream_span": True,
+            "custom_tags": [{"tag": "http.url", "value": "%PATH(NQ:ORIG_OR_PATH)%"}],
             "provider": {
                 "name": "envoy.tracers.opentelemetry",
                 "typed_config": {
