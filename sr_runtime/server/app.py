@@ -79,7 +79,8 @@ async def answer(request: HttpRequest) -> Response:
     tracing = rt.tracing
     if tracing is None:
         return await _answer(rt, request)
-    attributes = {TRACE_REQUEST_ID: request.headers.get("x-request-id", ""), "vllm_sr.model": rt.settings.model}
+    model = rt.model.name if rt.model is not None else rt.settings.model  # its name once loaded
+    attributes = {TRACE_REQUEST_ID: request.headers.get("x-request-id", ""), "vllm_sr.model": model}
     span = tracing.server_span(f"POST {request.url.path}", request.headers, attributes)
     try:
         with tracing.within(span):

@@ -231,6 +231,7 @@ def test_a_runtime_called_directly_starts_a_trace_and_sends_it_when_it_stops(
     spans = collector.wait(lambda spans: any(s.attributes.get(REQUEST_ID) == "direct-1" for s in spans))
     (span,) = [s for s in spans if s.attributes.get(REQUEST_ID) == "direct-1"]
     assert (span.service, span.name, span.parent_id) == ("vllm-sr-runtime", "POST /v1/systemone", "")
+    assert span.attributes["vllm_sr.model"] == "tiny"
     assert span.attributes["http.response.status_code"] == 200
 
 
