@@ -221,6 +221,23 @@ def chart_schema() -> dict[str, Any]:
                 {
                     "replicas": _int("Control plane pods (each serves every Envoy the same versions).", 1),
                     "podDisruptionBudget": _pdb("Control plane PDB."),
+                    "tls": _obj(
+                        {
+                            "enabled": _bool("Serve ADS over mTLS (off: plaintext, --insecure)."),
+                            "secretName": _str("The control plane's Secret: tls.crt, tls.key, ca.crt (the nodes' CA)."),
+                            "clientSecretName": _str(
+                                "The Envoy pods' Secret: tls.crt, tls.key, ca.crt (the control plane's CA)."
+                            ),
+                            "certManager": _obj(
+                                {
+                                    "enabled": _bool("Have cert-manager issue both certificates."),
+                                    "issuerRef": _any_obj("The cert-manager issuerRef: {name, kind, group}."),
+                                },
+                                "Certificates by cert-manager.",
+                            ),
+                        },
+                        "ADS over mTLS.",
+                    ),
                     "livenessProbe": _probe("Liveness on /livez."),
                     "adsPort": _port("gRPC ADS port."),
                     "statusPort": _port("HTTP /status, /metrics, /healthz, /livez."),

@@ -22,6 +22,7 @@ import yaml
 from sr_control.compiler import Address, Settings, bootstrap
 from sr_control.compiler.convert import parse
 from sr_control.compiler.protos import Bootstrap, to_dict
+from sr_control.compiler.settings import XdsTls
 from tests.deploy.chart import RELEASE, config_text, container, find, objects, render
 from tests.e2e.envoy_proc import Envoy, free_port, wait_for
 from tests.e2e.http_client import request
@@ -199,6 +200,16 @@ def test_the_charts_bootstrap_is_the_compilers(stack: dict[str, Any]) -> None:
     default = find(objects(render()), "ConfigMap", f"{RELEASE}-vllm-sr-envoy")["data"]["bootstrap.yaml"]
     compiled = bootstrap(Settings(xds=Address(f"{RELEASE}-vllm-sr-control-plane.ml.svc", 18000), ads="delta"))
     assert to_dict(parse(without_stats_listener(default), Bootstrap, "chart")) == to_dict(compiled)
+
+
+def test_with_mtls_the_charts_bootstrap_is_the_compilers_with_the_pods_certificate() -> None:
+    values = {"controlPlane": {"tls": {"enabled": True, "secretName": "s", "clientSecretName": "c"}}}
+    chart = find(objects(render(values)), "ConfigMap", f"{RELEASE}-vllm-sr-envoy")["data"]["bootstrap.yaml"]
+    tls = XdsTls(cert="/etc/vllm-sr-tls/tls.crt", key="/etc/vllm-sr-tls/tls.key", ca="/etc/vllm-sr-tls/ca.crt")
+    compiled = bootstrap(
+        Settings(xds=Address(f"{RELEASE}-vllm-sr-control-plane.ml.svc", 18000), ads="delta", xds_tls=tls)
+    )
+    assert to_dict(parse(without_stats_listener(chart), Bootstrap, "chart")) == to_dict(compiled)
 
 
 def test_a_request_goes_end_to_end_and_an_upgrade_goes_live(stack: dict[str, Any]) -> None:

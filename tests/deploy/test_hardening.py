@@ -232,3 +232,45 @@ def test_discovery_roles_of_same_named_releases_in_two_namespaces_do_not_collide
         roles = [o for o in objects(text) if o["kind"] == "Role" and o["metadata"]["namespace"] == "models"]
         names |= {r["metadata"]["name"] for r in roles}
     assert names == {f"{RELEASE}-vllm-sr-{NAMESPACE}-discovery", f"{RELEASE}-vllm-sr-staging-discovery"}
+
+
+def test_ads_over_mtls_mounts_each_side_its_certificate(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for name, server, client in (("public-4.0", "xds-server", "xds-client"), ("one-pool", None, None)):
+        objs = rendered[name]
+        plane = find(objs, "Deployment", f"{RELEASE}-vllm-sr-control-plane")
+        args = container(plane, "control-plane")["args"]
+        assert [args[args.index(flag) + 1] for flag in ("--tls-cert", "--tls-key", "--client-ca")] == [
+            "/etc/vllm-sr-tls/tls.crt",
+            "/etc/vllm-sr-tls/tls.key",
+            "/etc/vllm-sr-tls/ca.crt",
+        ]
+        assert "--insecure" not in args
+        envoy = find(objs, "Deployment", f"{RELEASE}-vllm-sr-envoy")
+        sidecar = container(envoy, "sidecar")["args"]
+        assert [sidecar[sidecar.index(flag) + 1] for flag in ("--xds-cert", "--xds-key", "--xds-ca")] == [
+            "/etc/vllm-sr-tls/tls.crt",
+            "/etc/vllm-sr-tls/tls.key",
+            "/etc/vllm-sr-tls/ca.crt",
+        ]
+        secrets = {
+            v["secret"]["secretName"]
+            for d in (plane, envoy)
+            for v in d["spec"]["template"]["spec"]["volumes"]
+            if v["name"] == "xds-tls"
+        }
+        if server is None:  # cert-manager's Certificates, named by the release
+            certs = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Certificate"}
+            server, client = f"{RELEASE}-vllm-sr-xds-server", f"{RELEASE}-vllm-sr-xds-client"
+            assert certs[server]["spec"]["dnsNames"][1] == f"{RELEASE}-vllm-sr-control-plane.{NAMESPACE}.svc"
+            assert certs[client]["spec"]["usages"][0] == "client auth"
+            assert {c["spec"]["issuerRef"]["name"] for c in certs.values()} == {"vllm-sr-ca"}
+        assert secrets == {server, client}
+    # Without TLS, plaintext ADS on the pod network is asked for by name.
+    default = container(find(rendered["default"], "Deployment", f"{RELEASE}-vllm-sr-control-plane"), "control-plane")
+    assert "--insecure" in default["args"] and "--tls-cert" not in default["args"]
+
+
+def test_mtls_without_certificates_is_refused_saying_what_to_give() -> None:
+    with pytest.raises(helm.HelmRenderError) as refused:
+        render({"controlPlane": {"tls": {"enabled": True}}})
+    assert "controlPlane.tls.enabled: give controlPlane.tls.secretName" in str(refused.value)

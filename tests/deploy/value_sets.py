@@ -30,6 +30,8 @@ ONE_POOL: dict[str, Any] = {
             {"name": "public", "port": 8801, "apis": {"systemone": {"models": ["vllm-sr/auto", "d3-turbo"]}}}
         ],
     },
+    # ADS over mTLS, certificates by cert-manager.
+    "controlPlane": {"tls": {"enabled": True, "certManager": {"enabled": True, "issuerRef": {"name": "vllm-sr-ca"}}}},
 }
 
 GPU_AND_CPU: dict[str, Any] = {
@@ -155,6 +157,8 @@ PUBLIC_40: dict[str, Any] = {
         },
         "secretFiles": [{"secretName": "listener-keys-public", "mountPath": "/etc/vllm-sr/keys"}],
     },
+    # ADS over mTLS, certificates from Secrets made beforehand.
+    "controlPlane": {"tls": {"enabled": True, "secretName": "xds-server", "clientSecretName": "xds-client"}},
 }
 
 VALUE_SETS = {"default": {}, "one-pool": ONE_POOL, "gpu-and-cpu": GPU_AND_CPU, "public-4.0": PUBLIC_40}

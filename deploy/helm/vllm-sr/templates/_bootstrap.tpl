@@ -2,7 +2,7 @@
      holds the two equal) plus the stats listener below: Envoy knows only the control plane and
      takes everything else over ADS. The admin API stays on loopback (/quitquitquit,
      /runtime_modify and /config_dump are for the pod's own preStop hooks, not the network).
-     Pass (dict "root" $ "host" H "port" P "isIp" bool). */}}
+     Pass (dict "root" $ "host" H "port" P "isIp" bool "tls" bool). */}}
 {{- define "vllm-sr.bootstrap" -}}
 {{- $v := .root.Values.envoy -}}
 node: {id: {{ $v.nodeId | quote }}, cluster: vllm-sr}
@@ -55,6 +55,19 @@ static_resources:
             # The ADS stream idles between pushes; pings notice a control plane that vanished.
             http2_protocol_options:
               connection_keepalive: {interval: 30s, timeout: 5s}
+      {{- if .tls }}
+      # ADS over mTLS: Envoy presents the pod's certificate and checks the control plane's.
+      transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+          common_tls_context:
+            tls_certificates:
+              - certificate_chain: {filename: {{ printf "%s/tls.crt" (include "vllm-sr.tlsDir" .root) }}}
+                private_key: {filename: {{ printf "%s/tls.key" (include "vllm-sr.tlsDir" .root) }}}
+            validation_context:
+              trusted_ca: {filename: {{ printf "%s/ca.crt" (include "vllm-sr.tlsDir" .root) }}}
+      {{- end }}
       circuit_breakers:
         thresholds:
           - {priority: DEFAULT, max_connections: 1024, max_pending_requests: 1024, max_requests: 1024, max_retries: 3}

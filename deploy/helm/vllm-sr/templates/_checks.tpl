@@ -28,6 +28,15 @@
 {{- end -}}
 {{- end -}}
 
+{{- /* ADS over mTLS names its certificates, or has cert-manager make them. */ -}}
+{{- $tls := .Values.controlPlane.tls -}}
+{{- if and $tls.enabled (not $tls.certManager.enabled) (or (not $tls.secretName) (not $tls.clientSecretName)) -}}
+{{- fail "controlPlane.tls.enabled: give controlPlane.tls.secretName (the control plane's certificate) and controlPlane.tls.clientSecretName (the Envoy pods'), Secrets with tls.crt, tls.key and ca.crt; or controlPlane.tls.certManager.enabled with its issuerRef" -}}
+{{- end -}}
+{{- if and $tls.enabled $tls.certManager.enabled (not $tls.certManager.issuerRef.name) -}}
+{{- fail "controlPlane.tls.certManager.enabled: give controlPlane.tls.certManager.issuerRef.name, a cert-manager Issuer (or ClusterIssuer) that signs both certificates" -}}
+{{- end -}}
+
 {{- /* Every key the config names by variable is given to the sidecar. */ -}}
 {{- $needs := list -}}
 {{- range $name, $dep := ($config.deployments | default dict) -}}

@@ -74,6 +74,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-control-plane" (include "vllm-sr.fullname" .) -}}
 {{- end -}}
 
+{{/* ADS over mTLS: the Secrets' names (given, or the cert-manager Certificates' defaults). JSON
+     {"server": ..., "client": ...}, or "" when TLS is off. */}}
+{{- define "vllm-sr.xdsTls" -}}
+{{- $t := .Values.controlPlane.tls -}}
+{{- if $t.enabled -}}
+{{- $fullname := include "vllm-sr.fullname" . -}}
+{{- toJson (dict "server" ($t.secretName | default (printf "%s-xds-server" $fullname)) "client" ($t.clientSecretName | default (printf "%s-xds-client" $fullname))) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where the Envoy pods and the control plane mount those Secrets. */}}
+{{- define "vllm-sr.tlsDir" -}}/etc/vllm-sr-tls{{- end -}}
+
 {{/* Where Envoy and the sidecars reach the control plane's ADS port. */}}
 {{- define "vllm-sr.xdsAddress" -}}
 {{- if .Values.envoy.xdsAddress -}}
