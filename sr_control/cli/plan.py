@@ -203,7 +203,11 @@ def apply(
                 "plan against the live version and apply again",
                 EXIT_INVALID,
             )
-        if live and applying.pending_edit(xds, live, target):
+        try:
+            pending = bool(live) and applying.pending_edit(xds, str(live), target)
+        except Unreachable as exc:
+            raise fail(f"error: {exc}", EXIT_UNREADABLE) from None
+        if pending:
             raise fail(
                 f"refused: {target} holds an edit that is not live (invalid, or not read yet); "
                 "`vllm-sr status` shows why",

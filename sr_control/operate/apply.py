@@ -56,8 +56,11 @@ def digest(text: str) -> str:
 
 def pending_edit(xds: str, live: str, path: Path) -> bool:
     """True when the watched file differs from the live version's source: someone saved an edit
-    that is not (or not yet) live, and writing over it would lose it."""
+    that is not (or not yet) live, and writing over it would lose it. Raises Unreachable when
+    the control plane will not show the source to this caller (not on its host)."""
     status, body = get(xds, f"/versions/{live}")
+    if status == 403:
+        raise Unreachable(f"{xds} serves a version's source text to loopback only: give --xds 127.0.0.1:PORT")
     if status != 200:
         return False  # the source is not kept: nothing to compare with
     try:

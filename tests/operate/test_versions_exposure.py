@@ -65,3 +65,9 @@ def test_the_source_text_is_answered_on_loopback_only(plane: ControlPlane) -> No
     assert got.returncode == 2 and "serves a version's source text to loopback only" in got.stderr
     here = run_cli("config", "get", "--xds", f"127.0.0.1:{port}")
     assert here.returncode == 0 and here.stdout == plane.config.read_text()
+    # apply cannot check for an edit not yet live without the text: it writes nothing.
+    before = plane.config.read_text()
+    edited = plane.config.with_name("edited.yaml")
+    edited.write_text(config_text({"public": 8802}))
+    applied = run_cli("config", "apply", str(edited), "--xds", f"{outward}:{port}")
+    assert applied.returncode == 2 and "loopback only" in applied.stderr and plane.config.read_text() == before
