@@ -60,7 +60,7 @@ from sr_control.compiler.protos import (
     Listener,
     RouteConfiguration,
 )
-from sr_control.extproc.subscription import MAX_MESSAGE
+from sr_control.extproc.subscription import MAX_MESSAGE, RECONNECT_OPTIONS
 from sr_control.xds.snapshot import Snapshot
 
 # Envoy's names for what it asks of the control plane, in the order it asks.
@@ -165,7 +165,11 @@ class Node:
     async def _run(self) -> None:
         wait = self._backoff[0]
         stalled = self.name in self.fleet.stalled_names
-        options = [("grpc.max_receive_message_length", MAX_MESSAGE), *(_STALL_OPTIONS if stalled else [])]
+        options = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE),
+            *RECONNECT_OPTIONS,  # as the sidecar: a new channel connects at once, not after grpcio's back-off
+            *(_STALL_OPTIONS if stalled else []),
+        ]
         while True:
             if self._credentials is not None:
                 channel = grpc.aio.secure_channel(self.fleet.address, self._credentials, options=options)
