@@ -62,22 +62,28 @@ class _Group:
     # Woken once what they wait for holds (``wait_until``): awaited -> stream -> its member.
     until: dict[Awaited, dict[int, _Member]] = field(default_factory=dict)
 
-    def count(self, m: _Member, sign: int) -> None:
-        for t in m.subscribed:
+    def count(self, m: _Member, sign: int, types: Iterable[str] | None = None) -> None:
+        """Add (+1) or take away (-1) ``m``'s part in the counts, of ``types`` (default: all)."""
+        for t in m.subscribed if types is None else m.subscribed.intersection(types):
             self.subscribed[t] += sign
             for settled in (False, True):
                 version = m.at(settled).get(t)
                 if version is not None:
-                    self.at.setdefault((t, settled), Counter())[version] += sign
+                    at = self.at.get((t, settled))
+                    if at is None:
+                        at = self.at[(t, settled)] = Counter()
+                    at[version] += sign
 
     def lagging(self, t: str, version: str, settled: bool, exclude: _Member | None) -> int:
-        n = self.subscribed[t] - self.at.get((t, settled), Counter())[version]
+        at = self.at.get((t, settled))
+        n = self.subscribed[t] - (at[version] if at is not None else 0)
         if exclude is not None and t in exclude.subscribed and exclude.at(settled).get(t) != version:
             n -= 1
         return n
 
     def holding(self, t: str, version: str, exclude: _Member | None) -> int:
-        n = self.at.get((t, False), Counter())[version]
+        at = self.at.get((t, False))
+        n = at[version] if at is not None else 0
         if exclude is not None and t in exclude.subscribed and exclude.made.get(t) == version:
             n -= 1
         return n
@@ -181,9 +187,9 @@ class SnapshotCache:
                 if (m.made.get(t), m.settled.get(t)) != (made.get(t), settled.get(t))
             }
             moved |= m.subscribed ^ subscribed
-            group.count(m, -1)
+            group.count(m, -1, moved)
             m.made, m.settled, m.subscribed = dict(made), dict(settled), subscribed
-            group.count(m, +1)
+            group.count(m, +1, moved)
             wake = self._progress(group, moved)
         for w in wake:
             w()
@@ -241,12 +247,20 @@ class SnapshotCache:
         moved = set(moved)
         for awaited in [a for a in group.until if a[0] in moved]:
             waiters = group.until[awaited]
-            if not waiters:
-                del group.until[awaited]
-                continue
-            # The condition reads the same for every waiter but for the one excluded (itself).
+            t, settled, version, every = awaited
+            # Counted over every member once; a waiter's own part is then the only difference.
+            if every:
+                left = group.lagging(t, version, settled, None)
+                if left > 1:
+                    continue  # others still lag, whoever waits
+            else:
+                left = group.holding(t, version, None)
+                if left == 0:
+                    continue  # nobody holds it
             for sid, m in list(waiters.items()):
                 if group.met(awaited, m):
                     del waiters[sid]
                     out.append(m.wake)
+            if not waiters:
+                del group.until[awaited]
         return out

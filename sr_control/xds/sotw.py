@@ -57,7 +57,7 @@ class SotwStream(Stream):
         self._resume(t, bool(req.version_info))
         snapshot = self._cache.snapshot(self.info.node)
         if snapshot is not None and req.version_info and req.version_info == snapshot.type_version(t):
-            state.held = self._want(t, state, snapshot, final=True)
+            state.held = dict(self._want(t, state, snapshot, final=True))
             state.answer_due = False
             self._hooks.resumed(self.info, t, req.version_info)
         return self._advance()

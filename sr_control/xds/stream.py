@@ -40,7 +40,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +132,7 @@ class Stream:
         self._resync_waited = False
         self._nonces = itertools.count(1)
         self._types: dict[str, TypeState] = {}
+        self._order: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # (types, in step order)
         self._pending: dict[str, Pending] = {}  # lane -> the response awaiting the node's answer
         # The resources last sent, by type: a SotW response resends every resource the node keeps.
         self._sent: dict[str, dict[str, Resource]] = {}
@@ -247,17 +248,23 @@ class Stream:
         self._gate = None
         return None
 
-    def _ordered(self) -> Iterator[str]:
-        yield from (t for t in PUSH_ORDER if t in self._types)
-        yield from sorted(t for t in self._types if t not in PUSH_ORDER and t not in UNORDERED)
+    def _ordered(self) -> tuple[str, ...]:
+        key = tuple(self._types)
+        if key != self._order[0]:  # the node subscribed to another type since
+            ordered = [t for t in PUSH_ORDER if t in self._types]
+            ordered += sorted(t for t in self._types if t not in PUSH_ORDER and t not in UNORDERED)
+            self._order = (key, tuple(ordered))
+        return self._order[1]
 
     def _want(self, t: str, state: TypeState, snapshot: Snapshot, final: bool) -> Held:
         """What the node should hold of ``t``: the snapshot's resources it subscribes to, plus,
-        before the final step, those it holds of a type other resources name."""
-        want = {name: r.version for name, r in snapshot.named(t).items() if state.wants(name)}
-        if not final and t in NAMED_BY_OTHERS:
-            for name, version in state.held.items():
-                want.setdefault(name, version)
+        before the final step, those it holds of a type other resources name. Read only."""
+        exact = _exact(t, state, snapshot)
+        if final or t not in NAMED_BY_OTHERS or all(name in exact for name in state.held):
+            return exact
+        want = dict(exact)
+        for name, version in state.held.items():
+            want.setdefault(name, version)
         return want
 
     def _want_unordered(self, t: str, state: TypeState, snapshot: Snapshot) -> Held:
@@ -351,7 +358,7 @@ class Stream:
 
     def _send(self, t: str, want: Held, snapshot: Snapshot) -> Any:
         state = self._types[t]
-        exact = {name: r.version for name, r in snapshot.named(t).items() if state.wants(name)}
+        exact = _exact(t, state, snapshot)
         # The snapshot's own type version when the node gets exactly the snapshot's resources,
         # so a node in sync reports the version /status and `config compile` show.
         version = (
@@ -374,6 +381,26 @@ class Stream:
 
     def _remember(self, t: str, resources: list[Resource]) -> None:
         self._sent[t] = {r.name: r for r in resources}
+
+
+# (snapshot id, type, wildcard, names) -> (the snapshot, what such a subscription holds of it):
+# every stream of a group asks the same a few times per edit. Keyed by id with the snapshot
+# kept beside it, so an id reused by a later snapshot is never mistaken for it.
+_EXACT: dict[tuple[int, str, bool, frozenset[str]], tuple[Snapshot, Held]] = {}
+_EXACT_KEEP = 4096
+
+
+def _exact(t: str, state: TypeState, snapshot: Snapshot) -> Held:
+    """The snapshot's resources of ``t`` that ``state`` subscribes to, by version (shared: read only)."""
+    key = (id(snapshot), t, state.wildcard, frozenset(state.names) if not state.wildcard else frozenset())
+    found = _EXACT.get(key)
+    if found is not None and found[0] is snapshot:
+        return found[1]
+    held = {name: r.version for name, r in snapshot.named(t).items() if state.wants(name)}
+    if len(_EXACT) >= _EXACT_KEEP:
+        _EXACT.clear()
+    _EXACT[key] = (snapshot, held)
+    return held
 
 
 def _thread_timer(seconds: float, call: Callable[[], None]) -> threading.Timer:
