@@ -4,8 +4,9 @@
 #
 #   docker build -f deploy/docker/control-plane.Dockerfile -t vllm-sr/control-plane:0.1.0 .
 #
-# Every Python package is installed at its version in constraints.txt (tests/deploy/test_images.py
+# Every Python package is installed at its version in constraints.txt, by hash (tests/deploy/test_images.py
 # holds this file to that), the base image at an exact tag and digest (docs/deploy/images.md).
+# The hashes are linux/amd64 wheels'.
 
 FROM python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d AS base
 
@@ -19,9 +20,13 @@ COPY sr_runtime ./sr_runtime
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM base
-COPY constraints.txt /opt/vllm-sr/constraints.txt
+COPY deploy/docker/requirements-control-plane.txt /opt/vllm-sr/requirements.txt
 COPY --from=wheel /wheels /wheels
-RUN pip install --no-cache-dir -c /opt/vllm-sr/constraints.txt /wheels/*.whl \
+# Every dependency from the hash-locked file (deploy/docker/lock.py resolved it from
+# constraints.txt for this platform), then the project's wheel alone; pip check proves the set whole.
+RUN pip install --no-cache-dir --require-hashes --no-deps -r /opt/vllm-sr/requirements.txt \
+    && pip install --no-cache-dir --no-deps /wheels/*.whl \
+    && pip check \
     && rm -rf /wheels \
     && useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin vllm-sr
 USER 10001:10001

