@@ -11,10 +11,13 @@ OpenAI-compatible server in this process that answers at once) two ways:
 
 The decision model's own time is measured apart: the same System One request the sidecar sends
 (``sr_control.decide.request.build_calls``, the vllm-sr/5.0 client codec), posted straight to
-the runtime on a keep-alive connection. What the Decide path adds outside the decision model is
-then Decide - Forward - decision model, per percentile (an estimate: the three are measured in
-turns, not on the same requests). Decision-model calls per request come from the runtime's
-``/metrics``.
+the runtime on a keep-alive connection. The three cases run in turns (a Forward request, a
+direct decision-model call, a Decide request, again), so a busy machine weighs on them alike.
+What the Decide path adds outside the decision model is then Decide - Forward - decision model,
+round by round, and its percentiles (an estimate: the three are not the same requests). Then
+each case alone, for the CPU time the sidecar and Envoy spend per request (``/proc``): the work
+the Decide path adds, which a shared machine blurs far less than wall time. Decision-model calls
+per request come from the runtime's ``/metrics``.
 
 Prints figures and the target (<= 1 ms p50 added outside the decision model; 1 call per
 request); never fails on time. Run it on a quiet machine: figures from a shared one mean little.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -88,22 +92,40 @@ def body(model: str) -> bytes:
     return json.dumps({"model": model, "messages": [{"role": "user", "content": TEXT}]}).encode()
 
 
-def timed(port: int, path: str, payload: bytes, requests: int, warmup: int = 20) -> list[float]:
-    """Milliseconds per request, one keep-alive connection, one request at a time."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+def interleaved(cases: list[tuple[int, str, bytes]], requests: int, warmup: int = 20) -> list[list[float]]:
+    """Milliseconds per request of each case (port, path, body), one keep-alive connection
+    each, one request at a time, the cases in turns: what else runs on the machine weighs on
+    every case alike, so their differences mean more than their own figures."""
+    conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=30) for port, _, _ in cases]
     headers = {"content-type": "application/json"}
-    out = []
+    out: list[list[float]] = [[] for _ in cases]
     for i in range(warmup + requests):
-        start = time.perf_counter()
-        conn.request("POST", path, body=payload, headers=headers)
-        reply = conn.getresponse()
-        reply.read()
-        if reply.status != 200:
-            raise SystemExit(f"{path}: {reply.status}")
-        if i >= warmup:
-            out.append((time.perf_counter() - start) * 1000)
-    conn.close()
+        for conn, (_, path, payload), times in zip(conns, cases, out, strict=True):
+            start = time.perf_counter()
+            conn.request("POST", path, body=payload, headers=headers)
+            reply = conn.getresponse()
+            reply.read()
+            if reply.status != 200:
+                raise SystemExit(f"{path}: {reply.status}")
+            if i >= warmup:
+                times.append((time.perf_counter() - start) * 1000)
+    for conn in conns:
+        conn.close()
     return out
+
+
+def cpu_ms(pid: int) -> float:
+    """CPU time a process has used (user and system), in milliseconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_request(pids: list[int], port: int, payload: bytes, requests: int) -> list[float]:
+    """Each process's CPU milliseconds per request of one case, run alone: work done, which a
+    busy machine stretches far less than it stretches wall time."""
+    before = [cpu_ms(p) for p in pids]
+    interleaved([(port, "/v1/chat/completions", payload)], requests, warmup=0)
+    return [(cpu_ms(p) - b) / requests for p, b in zip(pids, before, strict=True)]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -138,26 +160,38 @@ def main() -> None:
             runtime.wait()
             plane = Plane(directory, text, sidecar_port)
             parts.append(plane)
-            parts.append(SidecarProc(directory, plane.port, port=sidecar_port).wait())
-            parts.append(envoy_for(directory, plane, sidecar_port))
+            sidecar = SidecarProc(directory, plane.port, port=sidecar_port).wait()
+            parts.append(sidecar)
+            envoy = envoy_for(directory, plane, sidecar_port)
+            parts.append(envoy)
             wait_for(lambda: _listed(port, f"vllm-sr/decide-{counts[-1]}"), timeout=60, what="the listener to be ready")
-            forward = timed(port, "/v1/chat/completions", body("small-llm"), args.requests)
-            print(f"requests per case: {args.requests}; one connection, one request at a time")
-            print(f"forward (model small-llm): p50 {pct(forward, 50):.2f} ms, p99 {pct(forward, 99):.2f} ms")
+            print(f"requests per case: {args.requests}; one connection each, one request at a time, cases in turns")
             rport = int(runtime.url.rsplit(":", 1)[1])
+            chat = "/v1/chat/completions"
             for n in counts:
                 model = f"vllm-sr/decide-{n}"
                 path, payload = decision_request(text, model, runtime.url + "/v1/systemone")
-                own = timed(rport, path, payload, args.requests)
                 before = _calls(runtime)
-                decide = timed(port, "/v1/chat/completions", body(model), args.requests, warmup=0)
-                per_request = (_calls(runtime) - before) / args.requests
-                added = {q: pct(decide, q) - pct(forward, q) - pct(own, q) for q in (50, 99)}
+                forward, own, decide = interleaved(
+                    [(port, chat, body("small-llm")), (rport, path, payload), (port, chat, body(model))],
+                    args.requests,
+                )
+                # The direct calls count too: the runtime counts every System One request.
+                per_request = (_calls(runtime) - before) / (args.requests + 20) - 1
+                # Per round: what this Decide request took beyond the Forward request and the
+                # decision-model call beside it (paired, so a busy moment weighs on all three).
+                added = [d - f - o for d, f, o in zip(decide, forward, own, strict=True)]
+                pids = [sidecar.proc.pid, envoy.proc.pid]
+                cpu_forward = cpu_per_request(pids, port, body("small-llm"), args.requests)
+                cpu_decide = cpu_per_request(pids, port, body(model), args.requests)
                 print(
-                    f"decide, {n:>2} signal(s): p50 {pct(decide, 50):.2f} ms, p99 {pct(decide, 99):.2f} ms; "
+                    f"{n:>2} signal(s): forward p50 {pct(forward, 50):.2f} ms, p99 {pct(forward, 99):.2f} ms; "
+                    f"decide p50 {pct(decide, 50):.2f} ms, p99 {pct(decide, 99):.2f} ms; "
                     f"decision model alone p50 {pct(own, 50):.2f} ms, p99 {pct(own, 99):.2f} ms; "
-                    f"added outside it p50 {added[50]:.2f} ms, p99 {added[99]:.2f} ms; "
-                    f"decision-model calls per request {per_request:.2f}"
+                    f"added outside it p50 {pct(added, 50):.2f} ms, p99 {pct(added, 99):.2f} ms; "
+                    f"decision-model calls per request {per_request:.2f}\n"
+                    f"    CPU per request, forward -> decide: sidecar {cpu_forward[0]:.3f} -> {cpu_decide[0]:.3f} ms, "
+                    f"Envoy {cpu_forward[1]:.3f} -> {cpu_decide[1]:.3f} ms"
                 )
             print(f"target: added outside the decision model <= {TARGET_ADDED_MS} ms p50; 1 call per request")
         finally:

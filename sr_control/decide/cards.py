@@ -5,8 +5,9 @@
 ``cards`` maps a deployment's name to what it answers: its model card (``GET /v1/models``) or
 its declared ``capabilities``; a deployment missing from it is not known yet and not judged.
 ``vllm-sr config validate`` passes ``declared_cards(config)`` (what the file itself says); the
-sidecar will pass the cards its CardBook holds, whenever one changes (seed 002: at load, and
-when an attached runtime starts). The extproc's ``Card`` fits ``CardView`` as it is.
+sidecar runs ``plan_problems`` over the plans and cards it holds when a config version arrives
+and whenever a member's card changes (seed 002: at load, and when an attached runtime starts).
+The extproc's ``Card`` fits ``CardView`` as it is.
 
 What is checked (seed 002's table): the signal's question type; a span preset (pii, halu) must
 be on the card, since only the model's own head answers it; image or video input needs the
@@ -17,14 +18,14 @@ goes to one member whole.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sr_control.config.errors import Loc
 from sr_control.config.model import RouterConfig, Signal
 from sr_control.decide.request import kind_of
-from sr_control.decide.rules import compile_virtual_model
+from sr_control.decide.rules import VirtualModelPlan, compile_virtual_model
 from systemone.generated.fields import PRESETS
 
 
@@ -145,14 +146,36 @@ def lacks(signal: Signal, card: CardView) -> list[str]:
 def card_problems(config: RouterConfig, cards: Mapping[str, CardView | None]) -> list[tuple[Loc, str]]:
     """One line per signal no member of its model can answer, then one per call that no single
     member can answer whole; signals whose members are not all known are not judged."""
-    return list(_signal_problems(config, cards)) + list(_call_problems(config, cards))
+    plans = {}
+    for vm_name, vm in config.virtual_models.items():
+        try:
+            plans[vm_name] = compile_virtual_model(vm_name, vm, config.signals, config.judges)
+        except KeyError:
+            continue  # a route names a signal or judge that does not exist: reported on its own
+
+    def members(model: str) -> Sequence[str]:
+        return members_of(config, model)
+
+    return list(_signal_problems(config.signals, members, cards)) + list(_call_problems(plans, members, cards))
+
+
+def plan_problems(
+    plans: Mapping[str, VirtualModelPlan],
+    members: Callable[[str], Sequence[str]],
+    cards: Mapping[str, CardView | None],
+) -> list[str]:
+    """``card_problems`` over compiled plans, as the sidecar holds them: the signals the plans
+    ask, ``members(model)`` the members that answer for a decision model, ``cards`` each
+    member's card (None or absent: not known yet)."""
+    signals = {name: s for plan in plans.values() for name, s in (*plan.signals.items(), *plan.judge_signals.items())}
+    found = [*_signal_problems(signals, members, cards), *_call_problems(plans, members, cards)]
+    return [line for _, line in found]
 
 
 def _verdicts(
-    config: RouterConfig, signal: Signal, cards: Mapping[str, CardView | None]
+    members: Sequence[str], signal: Signal, cards: Mapping[str, CardView | None]
 ) -> dict[str, list[str]] | None:
     """member -> what it lacks, or None when some member's card is not known."""
-    members = members_of(config, signal.model)
     out: dict[str, list[str]] = {}
     for member in members:
         card = cards.get(member)
@@ -162,22 +185,24 @@ def _verdicts(
     return out or None
 
 
-def _signal_problems(config: RouterConfig, cards: Mapping[str, CardView | None]) -> Iterator[tuple[Loc, str]]:
-    for name, signal in config.signals.items():
+def _signal_problems(
+    signals: Mapping[str, Signal], members: Callable[[str], Sequence[str]], cards: Mapping[str, CardView | None]
+) -> Iterator[tuple[Loc, str]]:
+    for name, signal in signals.items():
         if not signal.asks_model:
             continue
-        verdicts = _verdicts(config, signal, cards)
+        verdicts = _verdicts(members(signal.model), signal, cards)
         if verdicts is None or any(not missing for missing in verdicts.values()):
             continue
         yield ("signals", name), f"signal {name!r} cannot be asked of {signal.model!r}: {_who_lacks(verdicts)}"
 
 
-def _call_problems(config: RouterConfig, cards: Mapping[str, CardView | None]) -> Iterator[tuple[Loc, str]]:
-    for vm_name, vm in config.virtual_models.items():
-        try:
-            plan = compile_virtual_model(vm_name, vm, config.signals, config.judges)
-        except KeyError:
-            continue  # a route names a signal or judge that does not exist: reported on its own
+def _call_problems(
+    plans: Mapping[str, VirtualModelPlan],
+    members: Callable[[str], Sequence[str]],
+    cards: Mapping[str, CardView | None],
+) -> Iterator[tuple[Loc, str]]:
+    for vm_name, plan in plans.items():
         for group in (plan.signals, plan.judge_signals):
             by_model: dict[str, list[str]] = {}
             for name, signal in group.items():
@@ -186,14 +211,13 @@ def _call_problems(config: RouterConfig, cards: Mapping[str, CardView | None]) -
             for model, names in by_model.items():
                 if len(names) < 2:
                     continue
-                verdicts = [_verdicts(config, config.signals[n], cards) for n in names]
+                verdicts = [_verdicts(members(model), group[n], cards) for n in names]
                 if any(v is None for v in verdicts):
                     continue
                 each = [v for v in verdicts if v is not None]
                 if any(all(missing for missing in v.values()) for v in each):
                     continue  # a signal no member answers is reported on its own
-                members = list(each[0])
-                whole = {m: [w for v in each for w in v[m]] for m in members}
+                whole = {m: [w for v in each for w in v[m]] for m in each[0]}
                 if all(whole.values()):
                     yield (
                         ("virtual_models", vm_name),
@@ -220,4 +244,5 @@ __all__ = [
     "card_problems",
     "declared_cards",
     "lacks",
+    "plan_problems",
 ]

@@ -59,6 +59,8 @@ class CardBook:
         self._states: dict[tuple[Any, ...], CardState] = {}
         self._fetching: dict[tuple[Any, ...], asyncio.Task[CardState]] = {}
         self._names: dict[tuple[Any, ...], str] = {}
+        # Called with a member whose card arrived or changed (the Decide path checks its signals).
+        self.on_change: Callable[[Member], None] | None = None
 
     @staticmethod
     def _key(m: Member) -> tuple[Any, ...]:
@@ -136,6 +138,8 @@ class CardBook:
                 question_types=sorted(state.card.question_types) if state.card else None,
             )
         self._states[key] = state
+        if self.on_change is not None and state.card is not None and (old is None or old.card != state.card):
+            self.on_change(member)
         return state
 
     async def _read(self, member: Member) -> CardState:

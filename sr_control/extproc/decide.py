@@ -34,7 +34,7 @@ import msgspec
 
 from sr_base.log import get_logger
 from sr_control.config.model import Signal
-from sr_control.decide.cards import lacks
+from sr_control.decide.cards import lacks, plan_problems
 from sr_control.decide.judge import escalate
 from sr_control.decide.request import (
     EMPTY,
@@ -51,12 +51,15 @@ from sr_control.decide.rules import Answer as SignalAnswer
 from sr_control.decide.rules import Decision, VirtualModelPlan, decide, keyword_answers
 from sr_control.extproc.auth import upstream_key
 from sr_control.extproc.capability import Card
+from sr_control.extproc.cards import CardBook
+from sr_control.extproc.data import ListenerData, Member
 from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.incoming import Incoming, Sidecar
 from sr_control.extproc.llm import ANTHROPIC, llm_error, model_of, to_provider
 from sr_control.extproc.members import RETRIABLE
 from sr_control.extproc.metrics import upstream_result
 from sr_control.extproc.upstream import CallFailed
+from sr_control.extproc.versions import VersionStore
 from systemone import REGISTRY, Policy, ProtocolError, Target, WireReply
 from systemone.ir import ItemResult
 
@@ -324,6 +327,44 @@ async def _ask(
     return None, failure, posted
 
 
+class CardChecks:
+    """Every signal of a listener's virtual models against the cards of the members that would
+    answer it (``plan_problems``), in the sidecar's log: one warning per problem, naming the
+    signal, the model and what each member lacks; when a config version arrives and whenever a
+    member's card arrives or changes. A problem is logged again only with a new version or once
+    it has gone away and come back."""
+
+    def __init__(self, store: VersionStore, cards: CardBook) -> None:
+        self.store = store
+        self.cards = cards
+        self._reported: dict[str, tuple[str, frozenset[str]]] = {}  # listener -> (version, lines)
+
+    async def arrived(self, data: ListenerData) -> None:
+        await self.cards.refresh_all(data.members)
+        self.check(data)
+
+    def card_changed(self, member: Member) -> None:
+        for data in self.store.current().values():
+            if member.name in data.members:
+                self.check(data)
+
+    def check(self, data: ListenerData) -> list[str]:
+        """The listener's problems now (each logged unless it already was for this version)."""
+        if not data.virtual_models:
+            return []
+        cards = {}
+        for name, member in data.members.items():
+            state = self.cards.current(member)
+            cards[name] = state.card if state is not None else None
+        lines = plan_problems(data.virtual_models, lambda model: data.models.get(model, ()), cards)
+        version, logged = self._reported.get(data.listener, ("", frozenset()))
+        for line in lines:
+            if version != data.version or line not in logged:
+                _log.warning("signal cannot be asked", listener=data.listener, version=data.version, problem=line)
+        self._reported[data.listener] = (data.version, frozenset(lines))
+        return lines
+
+
 def _lacking(plan: VirtualModelPlan, call: DecideCall, signals: Mapping[str, Signal], card: Card) -> str:
     """What ``card`` lacks to answer the call's signals, in one line ("" when nothing). A card
     changes seldom and the plan's requests ask the same signals: worked out once per pair."""
@@ -364,4 +405,4 @@ def _buckets(answer: SignalAnswer) -> list[str]:
     return [str(value)]
 
 
-__all__ = ["Decided", "decide_request", "judge", "virtual_model"]
+__all__ = ["CardChecks", "Decided", "Judged", "decide_request", "judge", "virtual_model"]

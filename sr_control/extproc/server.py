@@ -34,6 +34,7 @@ from sr_base import log, tracing
 from sr_base.workers import Report, Workers
 from sr_control.extproc.auth import KeyRing
 from sr_control.extproc.cards import CardBook
+from sr_control.extproc.decide import CardChecks
 from sr_control.extproc.incoming import Sidecar
 from sr_control.extproc.metrics import Metrics
 from sr_control.extproc.outcomes import Outcomes
@@ -105,8 +106,11 @@ class Worker:
                 raise OSError(f"cannot listen on {s.host}:{s.port} (in use, or not an address of this host)")
         await server.start()
 
+        checks = CardChecks(store, cards)
+        cards.on_change = checks.card_changed
+
         def changed(data: Any) -> None:
-            asyncio.ensure_future(cards.refresh_all(data.members))
+            asyncio.ensure_future(checks.arrived(data))  # its members' cards read, its signals checked
             sidecar.metrics.versions.labels(data.listener).set(
                 sum(1 for v in store.versions() if v.listener == data.listener)
             )

@@ -409,6 +409,16 @@ def test_a_member_whose_card_lacks_the_signal_is_not_asked_and_on_unknown_decide
     assert metric(live.sidecar.metrics(), "vsr_decide_signal_answers_total", signal="pii", answer="unknown") >= 1
     line = logged(live, reply)
     assert line["signals"]["pii"].startswith("unknown: tiny cannot answer: pii needs span questions")
+    # The sidecar said so once, when the config and tiny's card came in, naming signal and model.
+    warned = [
+        json.loads(x)
+        for x in live.sidecar.log.read_text().splitlines()
+        if x.startswith("{") and '"signal cannot be asked"' in x
+    ]
+    assert [w["problem"] for w in warned] == [
+        "signal 'pii' cannot be asked of 'vllm-sr/auto': deployment 'tiny' lacks span questions and the pii "
+        "preset (a span preset is answered only by a model that lists it)"
+    ]
     path = tmp_path / "request.json"
     path.write_text(json.dumps(chat_body("vllm-sr/private", EVERYDAY)))
     result = run_cli("route", str(path), "--config", str(live.config))
