@@ -453,13 +453,17 @@ def _rollback_configmap(
     ns = namespace or default_namespace
     if client is not None and name is not None:
         try:
-            resource_version = cm.put_back(client, ns, name, key, text)
+            patched = cm.put_back(client, ns, name, key, text)
         except cm.ConfigMapRefused as exc:
             why = f"the Kubernetes API refused: {exc}"
         else:
+            if not patched and version == before.get("version"):
+                typer.echo(f"ConfigMap {ns}/{name} key {key} holds version {version} already, and it is live")
+                raise typer.Exit(EXIT_OK)
+            done = "patched" if patched else "found it holding"
             typer.echo(
-                f"patched ConfigMap {ns}/{name} key {key} with version {version} (resourceVersion "
-                f"{resource_version}); live was {before.get('version')}; waiting for the kubelet to write the file"
+                f"{done} ConfigMap {ns}/{name} key {key} with version {version}; live was "
+                f"{before.get('version')}; waiting for the kubelet to write the file"
             )
             wait = timeout or 180.0
             outcome = applying.follow(xds, before, timeout=wait, on_node=lambda n: typer.echo(_node_line(n)))

@@ -5,7 +5,7 @@ would be undone at the kubelet's next sync, so a rollback changes the ConfigMap 
 kubelet then rewrites the file (within its sync period, about a minute), which the control
 plane reads as any edit. With the ``kubernetes`` client and RBAC to patch the ConfigMap:
 
-    version = put_back(api_client, "vllm-sr", "vllm-sr-config", "config.yaml", text)
+    patched = put_back(api_client, "vllm-sr", "vllm-sr-config", "config.yaml", text)
 
 a read (the key must be there) and a JSON merge patch of that one key, guarded by the
 resourceVersion read (another edit in between is refused with 409, not overwritten). Without
@@ -53,9 +53,10 @@ def _reason(exc: Exception) -> str:
     return f"{status} {text}" if status else text
 
 
-def put_back(api_client: Any, namespace: str, name: str, key: str, text: str) -> str:
-    """Set ``key`` of ConfigMap ``namespace/name`` to ``text``; returns its new resourceVersion.
-    Raises ConfigMapRefused naming why (no such ConfigMap or key, RBAC, a conflicting edit)."""
+def put_back(api_client: Any, namespace: str, name: str, key: str, text: str) -> bool:
+    """Set ``key`` of ConfigMap ``namespace/name`` to ``text``; False when it held it already
+    (nothing patched). Raises ConfigMapRefused naming why (no such ConfigMap or key, RBAC, a
+    conflicting edit)."""
     from kubernetes.client import CoreV1Api  # imported only where a rollback patches a ConfigMap
 
     api = CoreV1Api(api_client)
@@ -65,10 +66,13 @@ def put_back(api_client: Any, namespace: str, name: str, key: str, text: str) ->
         # V1ConfigMap its annotations promise.
         raw: Any = api.read_namespaced_config_map(name, namespace, _preload_content=False, _request_timeout=TIMEOUT_S)
         current = json.loads(raw.data)
-        if key not in (current.get("data") or {}):
+        held = (current.get("data") or {}).get(key)
+        if held is None:
             raise ConfigMapRefused(f"ConfigMap {namespace}/{name} has no key {key!r} (give --key)")
+        if held == text:
+            return False
         patch = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "data": {key: text}}
-        raw = api.patch_namespaced_config_map(
+        api.patch_namespaced_config_map(
             name,
             namespace,
             patch,
@@ -76,7 +80,7 @@ def put_back(api_client: Any, namespace: str, name: str, key: str, text: str) ->
             _preload_content=False,
             _request_timeout=TIMEOUT_S,
         )
-        return str(json.loads(raw.data)["metadata"]["resourceVersion"])
+        return True
     except ConfigMapRefused:
         raise
     except Exception as exc:  # noqa: BLE001 - the client fails in many ways (HTTP, TLS, sockets); each is one line

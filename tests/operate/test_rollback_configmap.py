@@ -27,20 +27,10 @@ def test_rollback_patches_the_configmap_and_follows_every_node(live: Live, tmp_p
     api = FakeConfigMaps(on_patch=lambda data: live.write(data["config.yaml"]))
     api.put("ops", NAME, {"config.yaml": edited, "notes.txt": "not ours"})
     kubeconfig = api.kubeconfig(tmp_path, "ops")
+    where = ("--xds", live.plane.status_address, "--configmap", NAME, "--kubeconfig", str(kubeconfig))
+    rollback = ("config", "rollback", kept, *where)
     try:
-        done = run_cli(
-            "config",
-            "rollback",
-            kept,
-            "--xds",
-            live.plane.status_address,
-            "--configmap",
-            NAME,
-            "--kubeconfig",
-            str(kubeconfig),
-            cwd=tmp_path,
-            timeout=120,
-        )
+        done = run_cli(*rollback, cwd=tmp_path, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"patched ConfigMap ops/{NAME} key config.yaml with version {kept}" in done.stdout
         assert "ACK  envoy   vllm-sr-envoy" in done.stdout and f"live: {kept} on 2 node(s)" in done.stdout
@@ -49,23 +39,16 @@ def test_rollback_patches_the_configmap_and_follows_every_node(live: Live, tmp_p
         assert api.requests == [f"GET ops/{NAME}", f"PATCH ops/{NAME} application/merge-patch+json"]
         assert api.data("ops", NAME) == {"config.yaml": live.config.read_text(), "notes.txt": "not ours"}
         assert live.config.read_text() == base
+        # Again: the ConfigMap holds it already and it is live; nothing is patched or waited for.
+        again = run_cli(*rollback, cwd=tmp_path)
+        assert again.returncode == 0 and f"holds version {kept} already, and it is live" in again.stdout
+        assert api.requests[2:] == [f"GET ops/{NAME}"]
 
         # Without the right to patch it (RBAC): nothing changes; the patch is saved, the command printed.
         live.write(edited)
         live.wait_synced(edited)
         api.forbidden.add("ops")
-        refused = run_cli(
-            "config",
-            "rollback",
-            kept,
-            "--xds",
-            live.plane.status_address,
-            "--configmap",
-            NAME,
-            "--kubeconfig",
-            str(kubeconfig),
-            cwd=tmp_path,
-        )
+        refused = run_cli(*rollback, cwd=tmp_path)
         assert refused.returncode == 0, refused.stdout + refused.stderr
         assert "not patched: the Kubernetes API refused: 403 configmaps" in refused.stdout
         patch = tmp_path / f"vllm-sr-{kept}.patch.json"
