@@ -49,7 +49,7 @@ from sr_control.decide.request import (
 from sr_control.decide.rewrite import NO_ROUTE, rewritten
 from sr_control.decide.rules import Answer as SignalAnswer
 from sr_control.decide.rules import Decision, VirtualModelPlan, decide, keyword_answers
-from sr_control.extproc.auth import upstream_key
+from sr_control.extproc.auth import KeysUnavailable, upstream_key
 from sr_control.extproc.capability import Card
 from sr_control.extproc.cards import CardBook
 from sr_control.extproc.data import ListenerData, Member
@@ -177,8 +177,8 @@ async def judge(sidecar: Sidecar, incoming: Incoming, decided: Decided, status: 
             break
         got = await _ask_llm(sidecar, incoming, decided, step.to)
         tried += 1
-        if got is None:
-            break
+        if got is None or not 200 <= got[0] < 300:
+            break  # the next model failed: the answer in hand stands
         status, body = got
         model = step.to
         sidecar.metrics.decide_requests.labels(incoming.listener, "escalated", step.to).inc()
@@ -206,8 +206,14 @@ async def _ask_llm(sidecar: Sidecar, incoming: Incoming, decided: Decided, model
     headers = [("content-type", "application/json"), ("x-request-id", incoming.request_id)]
     headers += list(rewrite.headers.items()) if rewrite is not None else []
     # Envoy adds a provider's key to what it forwards; this call has it only if the sidecar's
-    # environment holds it too.
-    key = upstream_key(provider.api_key_env)
+    # environment holds it too. Without it the escalation cannot be had and the answer stands.
+    try:
+        key = upstream_key(provider.api_key_env)
+    except KeysUnavailable as exc:
+        _log.warning(
+            "escalation without the provider's key", request_id=incoming.request_id, model=model, error=str(exc)
+        )
+        return None
     if key is not None:
         headers.append(("x-api-key", key) if incoming.api == ANTHROPIC else ("authorization", f"Bearer {key}"))
     judge = decided.plan.judges[decided.decision.judge or ""]

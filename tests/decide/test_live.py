@@ -34,6 +34,7 @@ providers:
     - {{name: small-llm, api_format: chat_completions, endpoints: ["{small}/v1"]}}
     - {{name: big-llm, api_format: chat_completions, endpoints: ["{big}/v1"]}}
     - {{name: claude-like, api_format: messages, endpoints: ["{big}/v1"]}}
+    - {{name: keyed-llm, api_format: chat_completions, endpoints: ["{big}/v1"], api_key_env: VSR_TEST_KEYED_LLM}}
 deployments:
   tiny: {{provider: systemone, endpoint: "{runtime}/v1/systemone", model: tiny, schema: vllm-sr/5.0}}
 pools:
@@ -92,6 +93,9 @@ signals:
   vllm-sr/kept:
     routes:
       - {{name: kept, model: [small-llm, big-llm], judge: never}}
+  vllm-sr/keyed:
+    routes:
+      - {{name: checked, model: [small-llm, keyed-llm], judge: weak}}
   vllm-sr/claude:
     routes:
       - {{name: outages, when: {{keyword: outage}}, model: claude-like}}
@@ -105,7 +109,7 @@ listeners:
     apis:
       chat_completions:
         models: [vllm-sr/router, vllm-sr/hurried, vllm-sr/strict, vllm-sr/judged, vllm-sr/kept,
-                 {private_listed}small-llm]
+                 vllm-sr/keyed, {private_listed}small-llm]
       messages: {{models: [vllm-sr/claude]}}
 """
 
@@ -217,7 +221,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         parts.append(plane)
         sidecar = SidecarProc(directory, plane.port, port=sidecar_port).wait()
         parts.append(sidecar)
-        envoy: Envoy = envoy_for(directory, plane, sidecar_port)
+        # keyed-llm's key: Envoy's, which it adds to what it forwards; the sidecar has none.
+        envoy: Envoy = envoy_for(directory, plane, sidecar_port, env={"VSR_TEST_KEYED_LLM": "sk-keyed"})
         parts.append(envoy)
 
         def listed() -> bool:
@@ -278,6 +283,7 @@ def test_models_listing_names_the_virtual_models(live: Live) -> None:
         "vllm-sr/strict",
         "vllm-sr/judged",
         "vllm-sr/kept",
+        "vllm-sr/keyed",
         "vllm-sr/private",
         "small-llm",
         "vllm-sr/claude",
@@ -377,6 +383,24 @@ def test_a_judge_that_holds_escalates_the_answer_to_the_routes_next_model(live: 
     # vllm-sr route never calls the LLM: it shows the route and the models the judge may try.
     shown = route_cli(live, tmp_path, chat_body("vllm-sr/judged", EVERYDAY))
     assert (shown["route"], shown["models"], shown["judge"]) == ("checked", ["small-llm", "big-llm"], "weak")
+
+
+def test_an_escalation_the_sidecar_has_no_key_for_keeps_the_answer(live: Live) -> None:
+    """keyed-llm's key is Envoy's alone (as the chart gives it): the sidecar's own call to it
+    cannot carry it, so the judge keeps the first answer, never fails the request."""
+    big = len(live.big.received)
+    reply = live.chat("vllm-sr/keyed", EVERYDAY)
+    assert reply.status == 200, reply.body
+    assert (reply.headers["x-vsr-decision"], reply.headers["x-vsr-model"]) == ("checked", "small-llm")
+    assert reply.json()["choices"][0]["message"]["content"] == "small-llm answers"
+    assert len(live.big.received) == big
+    request_id = reply.headers["x-typesafe-request-id"]
+    warned = wait_for(
+        lambda: [x for x in live.sidecar.log.read_text().splitlines() if request_id in x and "escalation" in x],
+        timeout=10,
+        what="the sidecar's warning",
+    )
+    assert "VSR_TEST_KEYED_LLM is unset or empty in the sidecar's environment" in warned[0]
 
 
 def test_a_judge_that_does_not_hold_keeps_the_answer(live: Live) -> None:
