@@ -32,7 +32,7 @@ def test_the_explain_output_shown_is_what_explain_prints() -> None:
 
 
 def test_the_sidecars_own_card_type_fits_the_card_check() -> None:
-    """docs/decide/cards.md: the sidecar will pass the cards its CardBook holds, as they are."""
+    """docs/decide/cards.md: the sidecar passes the cards its CardBook holds, as they are."""
     config = load_text(EXAMPLE.read_text())
     no_pii = Card(frozenset({"noul", "choice", "score", "span"}), frozenset({"text"}), limits=Limits(max_options=8))
     assert [line for _, line in card_problems(config, {"local-d3": no_pii})] == [
