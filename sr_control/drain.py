@@ -4,10 +4,12 @@ the requests it holds have finished.
 Two callers: ``vllm-sr serve`` stopping its local Envoy (admin on a Unix socket, listeners closed
 at once), and the chart's Envoy pods, whose preStop hook runs ``vllm-sr envoy drain`` against the
 admin on loopback (docs/deploy/shutdown.md). There the drain is graceful: for ``announce_s``
-(Envoy's ``--drain-time-s``, with ``--drain-strategy immediate``) Envoy still accepts connections,
-from proxies that have not yet seen the pod leave its Service, and closes every connection after
-its current response (HTTP/1.1 ``Connection: close``, HTTP/2 GOAWAY); then Envoy closes its
-listeners, and only the requests already in flight remain.
+Envoy still accepts connections, from proxies that have not yet seen the pod leave its Service,
+and (run with ``--drain-strategy immediate``) closes every connection after its current response
+(HTTP/1.1 ``Connection: close``, HTTP/2 GOAWAY); then its listeners are closed, and only the
+requests already in flight remain. The announcement is ours to end (``skip_exit``), so Envoy's
+``--drain-time-s`` stays free for what else it bounds: how long a listener that an LDS update
+replaces keeps its connections.
 """
 
 from __future__ import annotations
@@ -69,10 +71,15 @@ def active_requests(admin: str) -> int:
 
 
 def start_drain(admin: str, graceful: bool = True) -> bool:
-    """Ask Envoy to drain its listeners: gracefully (they close when its ``--drain-time-s`` ends)
-    or at once. False when the admin did not answer."""
-    path = "/drain_listeners?graceful" if graceful else "/drain_listeners"
+    """Ask Envoy to drain its listeners: gracefully (connections are told to close, the listeners
+    stay open until ``close_listeners``) or at once. False when the admin did not answer."""
+    path = "/drain_listeners?graceful&skip_exit" if graceful else "/drain_listeners"
     return admin_request(admin, path, method="POST")[0] == 200
+
+
+def close_listeners(admin: str) -> bool:
+    """Envoy stops accepting connections; the ones it has keep their requests in flight."""
+    return admin_request(admin, "/drain_listeners", method="POST")[0] == 200
 
 
 def wait_idle(
@@ -91,16 +98,16 @@ def wait_idle(
 
 
 def drain(admin: str, *, timeout_s: float, announce_s: float = 0, graceful: bool = True) -> int | None:
-    """Drain Envoy's listeners and wait for its requests: ``announce_s`` seconds of graceful drain
-    (Envoy's ``--drain-time-s`` must be the same; its listeners close when it ends), then until no
-    request is active or ``timeout_s`` more seconds have passed. Returns the requests still active
-    at the end (0: every one finished), or None when the admin did not answer (Envoy is gone)."""
+    """Drain Envoy's listeners and wait for its requests: ``announce_s`` seconds of graceful drain,
+    the listeners closed, then until no request is active or ``timeout_s`` more seconds have
+    passed. Returns the requests still active at the end (0: every one finished), or None when
+    the admin did not answer (Envoy is gone)."""
     if not start_drain(admin, graceful):
         return None
-    # During the announcement Envoy still accepts connections: returning early would have the
-    # kubelet stop Envoy while other nodes' proxies may still send it new ones.
     if graceful:
+        # Envoy still accepts connections meanwhile: other nodes' proxies may still send them.
         time.sleep(announce_s)
+        close_listeners(admin)
     return wait_idle(admin, timeout_s=timeout_s)
 
 
@@ -122,4 +129,4 @@ def wait_gone(
     return True
 
 
-__all__ = ["active_requests", "admin_request", "drain", "start_drain", "wait_gone", "wait_idle"]
+__all__ = ["active_requests", "admin_request", "close_listeners", "drain", "start_drain", "wait_gone", "wait_idle"]

@@ -275,11 +275,10 @@ def chart_schema() -> dict[str, Any]:
                         "Envoy's log level.",
                         enum=["trace", "debug", "info", "warning", "warn", "error", "critical", "off"],
                     ),
-                    "drainSeconds": _int(
-                        "Envoy --drain-time-s: seconds a stopping pod still accepts, closing each connection."
-                    ),
+                    "drainSeconds": _int("Seconds a stopping pod still accepts, closing each connection."),
                     "drainTimeoutSeconds": _int(
-                        "Then, seconds the requests in flight get; 0: the longest System One deadline plus 2 s."
+                        "Then, seconds the requests in flight get (and --drain-time-s); 0: the longest System One "
+                        "deadline plus 2 s."
                     ),
                     "readinessProbe": _probe("Readiness on the admin's /ready, through the stats listener."),
                     "livenessProbe": _probe("Liveness on the stats listener's /livez."),

@@ -21,9 +21,8 @@ def drain(
         float,
         typer.Option(
             help=(
-                "Seconds of graceful drain, Envoy's --drain-time-s (run it with --drain-strategy immediate): "
-                "connections are still accepted and each is closed after its current response; then the "
-                "listeners close."
+                "Seconds of graceful drain (run Envoy with --drain-strategy immediate): connections are still "
+                "accepted and each is closed after its current response; then the listeners are closed."
             ),
             min=0,
         ),
@@ -43,6 +42,8 @@ def drain(
     # Envoy still accepts connections meanwhile: returning early would have the kubelet stop it
     # while other nodes' proxies may still send it new ones.
     time.sleep(announce_s)
+    draining.close_listeners(admin)
+    typer.echo("envoy drain: listeners closed; waiting for the requests in flight")
     left = draining.wait_idle(admin, timeout_s=timeout_s)
     if left:
         typer.echo(f"envoy drain: {left} request(s) still active after {timeout_s:g} s", err=True)

@@ -105,8 +105,8 @@ def _accepts(port: int) -> bool:
 def test_requests_in_flight_finish_while_the_pod_stops(pod: dict[str, Any]) -> None:
     ports, deployment = pod["ports"], pod["deployment"]
     admin = f"127.0.0.1:{ports['admin']}"
-    args = container(deployment, "envoy")["args"]
-    announce = int(args[args.index("--drain-time-s") + 1])
+    drain = container(deployment, "envoy")["lifecycle"]["preStop"]["exec"]["command"]
+    announce = int(drain[drain.index("--announce-s") + 1])
     keep_alive = http.client.HTTPConnection("127.0.0.1", ports["listener"], timeout=30)
     assert _chat(ports["listener"], conn=keep_alive).status == 200
 

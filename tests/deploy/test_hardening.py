@@ -186,7 +186,8 @@ def test_a_stopping_envoy_pod_drains_for_as_long_as_its_longest_deadline(
         "vllm-sr", "envoy", "drain", "--admin", "127.0.0.1:9901", "--announce-s", "5", "--timeout-s", "12",
     ]  # fmt: skip
     args = container(envoy, "envoy")["args"]
-    assert args[args.index("--drain-time-s") + 1] == "5" and args[args.index("--drain-strategy") + 1] == "immediate"
+    # A listener an LDS update replaces keeps its connections as long as a stopping pod's requests get.
+    assert args[args.index("--drain-time-s") + 1] == "12" and args[args.index("--drain-strategy") + 1] == "immediate"
     sidecar = container(envoy, "sidecar")["lifecycle"]["preStop"]["exec"]["command"]
     assert sidecar[:3] == ["vllm-sr", "envoy", "wait"]
     # The default listener allows 10 s: 5 s announced, 12 s for requests in flight, then the
