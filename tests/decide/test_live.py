@@ -403,7 +403,7 @@ def test_an_escalation_the_sidecar_has_no_key_for_keeps_the_answer(live: Live) -
     assert "VSR_TEST_KEYED_LLM is unset or empty in the sidecar's environment" in warned[0]
 
 
-def test_a_judge_that_does_not_hold_keeps_the_answer(live: Live) -> None:
+def test_a_judge_that_does_not_hold_keeps_the_answer(live: Live, tmp_path: Path) -> None:
     big, calls = len(live.big.received), live.decision_calls()
     reply = live.chat("vllm-sr/kept", EVERYDAY)
     assert reply.status == 200, reply.body
@@ -411,9 +411,11 @@ def test_a_judge_that_does_not_hold_keeps_the_answer(live: Live) -> None:
     assert reply.json()["choices"][0]["message"]["content"] == "small-llm answers"
     assert len(live.big.received) == big
     assert live.decision_calls() - calls == 1
+    shown = route_cli(live, tmp_path, chat_body("vllm-sr/kept", EVERYDAY))
+    assert (shown["route"], shown["models"], shown["judge"]) == ("kept", ["small-llm", "big-llm"], "never")
 
 
-def test_a_streamed_answer_passes_through_unjudged(live: Live) -> None:
+def test_a_streamed_answer_passes_through_unjudged(live: Live, tmp_path: Path) -> None:
     big, calls = len(live.big.received), live.decision_calls()
     reply = live.chat("vllm-sr/judged", EVERYDAY, stream=True)
     assert reply.status == 200, reply.body
@@ -421,6 +423,8 @@ def test_a_streamed_answer_passes_through_unjudged(live: Live) -> None:
     assert reply.json()["choices"][0]["message"]["content"] == "small-llm answers"
     assert len(live.big.received) == big
     assert live.decision_calls() == calls  # no judge call
+    shown = route_cli(live, tmp_path, chat_body("vllm-sr/judged", EVERYDAY) | {"stream": True})
+    assert (shown["route"], shown["model"]) == ("checked", "small-llm")
 
 
 def test_a_member_whose_card_lacks_the_signal_is_not_asked_and_on_unknown_decides(live: Live, tmp_path: Path) -> None:
@@ -453,17 +457,23 @@ def test_a_member_whose_card_lacks_the_signal_is_not_asked_and_on_unknown_decide
     )
 
 
-def test_a_messages_request_is_decided_and_its_error_is_anthropics(live: Live) -> None:
+def test_a_messages_request_is_decided_and_its_error_is_anthropics(live: Live, tmp_path: Path) -> None:
+    def body(text: str) -> dict[str, Any]:
+        return {"model": "vllm-sr/claude", "max_tokens": 64, "messages": [{"role": "user", "content": text}]}
+
     def messages(text: str) -> Reply:
-        body = {"model": "vllm-sr/claude", "max_tokens": 64, "messages": [{"role": "user", "content": text}]}
         return request(
-            live.port, "POST", "/v1/messages", json.dumps(body).encode(), {"content-type": "application/json"}
+            live.port, "POST", "/v1/messages", json.dumps(body(text)).encode(), {"content-type": "application/json"}
         )
 
     reply = messages(OUTAGE)
     assert reply.status == 200, reply.body
     assert (reply.headers["x-vsr-decision"], reply.headers["x-vsr-model"]) == ("outages", "claude-like")
     assert live.big.received[-1][0]["model"] == "claude-like"
+    assert (route_cli(live, tmp_path, body(OUTAGE))["route"], route_cli(live, tmp_path, body(EVERYDAY))["model"]) == (
+        "outages",
+        None,
+    )
     reply = messages(EVERYDAY)
     assert reply.status == 400
     doc = reply.json()
