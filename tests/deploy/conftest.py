@@ -1,4 +1,4 @@
-"""The chart rendered once per session for every value set: each test reads these objects."""
+"""The chart rendered once per session for every value set: each test reads these."""
 
 from __future__ import annotations
 
@@ -11,5 +11,12 @@ from tests.deploy.value_sets import VALUE_SETS
 
 
 @pytest.fixture(scope="session")
-def rendered() -> dict[str, list[dict[str, Any]]]:
-    return {name: objects(render(values)) for name, values in VALUE_SETS.items()}
+def rendered_text() -> dict[str, dict[str, str]]:
+    """Value set -> template path -> manifest text, as `helm template` writes them."""
+    return {name: render(values) for name, values in VALUE_SETS.items()}
+
+
+@pytest.fixture(scope="session")
+def rendered(rendered_text: dict[str, dict[str, str]]) -> dict[str, list[dict[str, Any]]]:
+    """Value set -> every object rendered."""
+    return {name: objects(text) for name, text in rendered_text.items()}

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.chart import ROOT, render
+from tests.deploy.chart import ROOT
 from tests.deploy.value_sets import VALUE_SETS
 
 TOOLS = ROOT / ".venv" / "tools" / "bin"
@@ -34,11 +34,12 @@ def tool(name: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def checkov(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+def checkov(tmp_path_factory: pytest.TempPathFactory, rendered_text: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
     """checkov's report (one per framework) over every value set's manifests and the Dockerfiles."""
     manifests = tmp_path_factory.mktemp("manifests")
-    for name, values in VALUE_SETS.items():
-        texts = [text for path, text in sorted(render(values).items()) if not path.endswith("NOTES.txt")]
+    assert rendered_text.keys() == VALUE_SETS.keys()
+    for name, rendered in rendered_text.items():
+        texts = [text for path, text in sorted(rendered.items()) if not path.endswith("NOTES.txt")]
         (manifests / f"{name}.yaml").write_text("\n---\n".join(texts))
     for dockerfile in DOCKERFILES:  # one directory: checkov writes one JSON report per directory
         (manifests / dockerfile.name).write_text(dockerfile.read_text())
