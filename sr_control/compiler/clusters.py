@@ -123,12 +123,20 @@ def xds_cluster(settings: Settings, keepalive_s: int = 30) -> dict[str, Any]:
     http2 = {"connection_keepalive": {"interval": f"{keepalive_s}s", "timeout": "5s"}}
     planes = settings.control_planes
     # Several control planes: a stream lost with one is reopened on a host the LB picks, so a
-    # dead one must be out of the pick at once: each is checked every second and one failed
-    # check (a refused connect) ejects it; the first passing check brings it back.
-    health = [fill("cluster/xds_health_check")] if len(planes) > 1 else None
+    # dead one must be out of the pick at once: each is checked every second, one failed check
+    # or one refused connect takes it out, and the first passing check brings it back.
+    several = len(planes) > 1
     tls = settings.xds_tls
     transport = fill("cluster/xds_tls", cert=tls.cert, key=tls.key, ca=tls.ca) if tls is not None else None
-    return _grpc_cluster(names.XDS_CLUSTER, planes, max_requests=1024, http2=http2, health=health, transport=transport)
+    return _grpc_cluster(
+        names.XDS_CLUSTER,
+        planes,
+        max_requests=1024,
+        http2=http2,
+        health=[fill("cluster/xds_health_check")] if several else None,
+        outliers=fill("cluster/xds_outlier_detection") if several else None,
+        transport=transport,
+    )
 
 
 def otlp_cluster(tracing: Tracing) -> dict[str, Any]:
@@ -162,6 +170,7 @@ def _cluster(
         "cluster/cluster",
         name=name,
         discovery="EDS" if discovered else "STATIC" if static else "STRICT_DNS",
+        lb_policy="LEAST_REQUEST",
         dns_lookup_family=None if static or discovered else "V4_PREFERRED",
         connect_timeout="5s",
         buffer_limit=BUFFER_LIMIT,
@@ -185,6 +194,7 @@ def _grpc_cluster(
     max_requests: int,
     http2: dict[str, Any],
     health: list[Any] | None = None,
+    outliers: dict[str, Any] | None = None,
     transport: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     addresses = (addresses,) if isinstance(addresses, Address) else tuple(addresses)
@@ -199,6 +209,9 @@ def _grpc_cluster(
         "cluster/cluster",
         name=name,
         discovery="STATIC" if static else "STRICT_DNS",
+        # Several control planes: a lost stream reopens on the next one in turn, not on a random
+        # pick that may be the one just lost (its next check or refused connect ejects it).
+        lb_policy="ROUND_ROBIN" if len(addresses) > 1 else "LEAST_REQUEST",
         dns_lookup_family=None if static else "V4_PREFERRED",
         connect_timeout="1s",
         buffer_limit=BUFFER_LIMIT,
@@ -209,7 +222,7 @@ def _grpc_cluster(
         protocol={"http2_protocol_options": http2},
         upstream_options=None,
         http_filters=None,
-        outlier_detection=None,
+        outlier_detection=outliers,
         health_checks=health,
         transport_socket=transport,
         max_connections=1024,
