@@ -125,15 +125,38 @@ class Nodes:
 # -- the control plane
 
 
+# Runs `vllm-sr` from another checkout (``--plane-from``), ahead of this one's editable install.
+_FROM = """import sys
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in str(f)]
+sys.path.insert(0, sys.argv.pop(1))
+from sr_control.cli import main
+sys.argv[0] = "vllm-sr"
+main()
+"""
+
+
+_COMPILE = """import json
+from sr_control.compiler import compile
+from sr_control.compiler.protos import TYPE_NAMES
+from sr_control.config.load import load_text
+out = []
+for text in json.load(sys.stdin):
+    resources = compile(load_text(text))
+    out.append({t: resources.type_version(t) for t in TYPE_NAMES if resources[t]})
+print(json.dumps(out))
+"""
+
+
 class Plane:
-    def __init__(self, directory: Path, text: str, max_streams: int) -> None:
+    def __init__(self, directory: Path, text: str, max_streams: int, source: Path | None = None) -> None:
         self.config = directory / "config.yaml"
         self.write(text)
         self.port, self.status_port = free_port(), free_port()
         args = ["xds", "serve", "--config", str(self.config), "--host", "127.0.0.1"]
         args += ["--port", str(self.port), "--status-port", str(self.status_port), "--max-streams", str(max_streams)]
         self._log = open(directory / "xds.log", "wb")
-        self.proc = subprocess.Popen([VLLM_SR, *args], stdout=self._log, stderr=subprocess.STDOUT)
+        command = [VLLM_SR] if source is None else [sys.executable, "-c", _FROM, str(source)]
+        self.proc = subprocess.Popen([*command, *args], stdout=self._log, stderr=subprocess.STDOUT)
         self.ps = psutil.Process(self.proc.pid)
         deadline = time.monotonic() + 60
         while not self._up():
@@ -153,6 +176,14 @@ class Plane:
 
     def status(self) -> dict[str, Any]:
         return json.loads(self.get("/status"))  # type: ignore[no-any-return]
+
+    def served(self, after: dict[str, str] | None = None) -> dict[str, str]:
+        """The type versions served (once they differ from ``after``), as in ``type_versions``."""
+        while True:
+            types = {_url(name): v for name, v in self.status()["type_versions"].items() if v and name != "endpoints"}
+            if types != after:
+                return types
+            time.sleep(0.02)
 
     def encoded_bytes(self) -> float | None:
         found = _ENCODED.findall(self.get("/metrics").decode())
@@ -199,7 +230,23 @@ def config(listeners: int, edit: int) -> str:
     return edited
 
 
-def type_versions(text: str) -> dict[str, str]:
+def type_versions(texts: list[str], source: Path | None) -> list[dict[str, str]]:
+    """Each config's type versions, as ``source`` (default: this checkout) compiles it."""
+    if source is None:
+        return [_type_versions(text) for text in texts]
+    boot = _FROM.split("from sr_control.cli")[0] + _COMPILE
+    done = subprocess.run(
+        [sys.executable, "-c", boot, str(source)],
+        input=json.dumps(texts),
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def _type_versions(text: str) -> dict[str, str]:
     resources = compile(load_text(text))
     return {t: resources.type_version(t) for t in TYPE_NAMES if resources[t]}
 
@@ -211,13 +258,15 @@ def percentile(values: list[float], q: float) -> float:
 
 def run_count(count: int, args: argparse.Namespace) -> dict[str, Any]:
     base = config(args.listeners, 0)
+    # Every edit's type versions, compiled by the checkout the control plane runs from.
+    compiled = type_versions([config(args.listeners, i) for i in range(args.edits + 1)], args.plane_from)
     clock_offset = time.time() - time.monotonic()  # wall clock -> monotonic, for served_since
     with tempfile.TemporaryDirectory(prefix="fanout-") as tmp:
-        plane = Plane(Path(tmp), base, max_streams=count + 64)
+        plane = Plane(Path(tmp), base, max_streams=count + 64, source=args.plane_from)
         nodes = None
         try:
-            first = type_versions(base)
-            assert plane.status()["type_versions"]["listeners"] == first[_url("listeners")]
+            first = compiled[0]
+            assert plane.served() == first, "the config compiles otherwise here than in the control plane"
             start = time.monotonic()
             nodes = Nodes(f"127.0.0.1:{plane.port}", count, args.per_process)
             problems, _ = nodes.in_step(first, timeout=120)
@@ -232,7 +281,7 @@ def run_count(count: int, args: argparse.Namespace) -> dict[str, Any]:
             all_acked, served_acked, encoded, busy_cpu, busy_wall, rss, lagging = [], [], [], 0.0, 0.0, [], []
             for i in range(1, args.edits + 1):
                 text = config(args.listeners, i)
-                versions = type_versions(text)
+                versions = compiled[i]
                 before = plane.encoded_bytes()
                 cpu0, edit_at = plane.cpu_s(), time.monotonic()
                 plane.write(text)
@@ -323,6 +372,9 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=0.3, help="seconds between edits")
     parser.add_argument("--small", action="store_true", help="10 and 30 nodes, 4 edits: a check that it runs")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    parser.add_argument(
+        "--plane-from", type=Path, help="run the control plane from this checkout (to compare with another commit)"
+    )
     args = parser.parse_args()
     if args.small:
         args.nodes, args.edits, args.listeners, args.idle, args.per_process, args.pause = "10,30", 4, 3, 0.5, 50, 0.1
