@@ -41,7 +41,7 @@ class ControlPlane:
         config: Path,
         settings: Settings = Settings(),
         *,
-        host: str = "0.0.0.0",
+        host: str = "127.0.0.1",
         port: int = 18000,
         status_port: int = 18001,
         poll_interval: float = RECHECK_S,
