@@ -51,8 +51,8 @@ def pod(tmp_path: Path) -> Iterator[dict[str, Any]]:
         # preStop then gives requests in flight 12 s.
         chart_values["config"]["listeners"][0]["apis"]["systemone"]["max_deadline_ms"] = 10_000
         # A short announcement, so that the listeners close well inside the requests' 8 s even on
-        # a busy test machine.
-        chart_values["envoy"]["drainSeconds"] = 2
+        # a busy test machine, where the hook itself may take seconds to start.
+        chart_values["envoy"]["drainSeconds"] = 1
         objs = objects(render(chart_values))
         deployment = find(objs, "Deployment", f"{RELEASE}-vllm-sr-envoy")
         volume = ConfigMapVolume(tmp_path / "config")
