@@ -383,23 +383,24 @@ class Stream:
         self._sent[t] = {r.name: r for r in resources}
 
 
-# (snapshot id, type, wildcard, names) -> (the snapshot, what such a subscription holds of it):
-# every stream of a group asks the same a few times per edit. Keyed by id with the snapshot
-# kept beside it, so an id reused by a later snapshot is never mistaken for it.
-_EXACT: dict[tuple[int, str, bool, frozenset[str]], tuple[Snapshot, Held]] = {}
-_EXACT_KEEP = 4096
+# What each subscription holds of the last few snapshots: every stream of a group asks the same
+# a few times per edit. By snapshot id, with the snapshot kept beside it so that an id reused by
+# a later snapshot is never mistaken for it; only a few snapshots, so old configs are let go.
+_EXACT: dict[int, tuple[Snapshot, dict[tuple[str, bool, frozenset[str]], Held]]] = {}
+_EXACT_SNAPSHOTS = 4
 
 
 def _exact(t: str, state: TypeState, snapshot: Snapshot) -> Held:
     """The snapshot's resources of ``t`` that ``state`` subscribes to, by version (shared: read only)."""
-    key = (id(snapshot), t, state.wildcard, frozenset(state.names) if not state.wildcard else frozenset())
-    found = _EXACT.get(key)
-    if found is not None and found[0] is snapshot:
-        return found[1]
-    held = {name: r.version for name, r in snapshot.named(t).items() if state.wants(name)}
-    if len(_EXACT) >= _EXACT_KEEP:
-        _EXACT.clear()
-    _EXACT[key] = (snapshot, held)
+    entry = _EXACT.get(id(snapshot))
+    if entry is None or entry[0] is not snapshot:
+        while len(_EXACT) >= _EXACT_SNAPSHOTS:
+            del _EXACT[next(iter(_EXACT))]  # the oldest
+        entry = _EXACT[id(snapshot)] = (snapshot, {})
+    key = (t, state.wildcard, frozenset() if state.wildcard else frozenset(state.names))
+    held = entry[1].get(key)
+    if held is None:
+        held = entry[1][key] = {name: r.version for name, r in snapshot.named(t).items() if state.wants(name)}
     return held
 
 
