@@ -195,6 +195,10 @@ def _sidecar(
     if schema is not None:
         metadata.append(("x-vsr-schema", schema))
     metadata.append(("x-vsr-config-version", version))
+    if mode is _JUDGE_MODE:
+        # Where the sidecar sends a judge's escalation: through this listener again, so Envoy
+        # adds the next provider's key as it adds the first's (docs/decide/failures.md).
+        metadata.append(("x-vsr-listen", f"{offer.listener.address}:{offer.listener.port}"))
     return fill(
         "route/sidecar_route",
         name=f"{api}:{path}",

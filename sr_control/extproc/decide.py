@@ -24,9 +24,10 @@ API's own error (400), never a 5xx of the router's.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -64,6 +65,7 @@ from systemone import REGISTRY, Policy, ProtocolError, Target, WireReply
 from systemone.ir import ItemResult
 
 NO_DECISION = "none"
+ESCALATION_HEADER = "x-vsr-escalation"
 _log = get_logger("vllm_sr.extproc.decide")
 
 
@@ -156,10 +158,13 @@ class Judged:
     record: dict[str, Any]
 
 
-async def judge(sidecar: Sidecar, incoming: Incoming, decided: Decided, status: int, body: bytes) -> Judged:
+async def judge(
+    sidecar: Sidecar, incoming: Incoming, decided: Decided, status: int, body: bytes, listen: str | None = None
+) -> Judged:
     """The chosen model answered ``status``/``body``: the route's judge reads it and, while it
-    holds (and the judge's limits allow), the sidecar asks the route's next model itself. A
-    judge never fails the request: what goes wrong keeps the answer in hand."""
+    holds (and the judge's limits allow), the sidecar sends the request on to the route's next
+    model (through the listener at ``listen``, as ``escalation`` reads it). A judge never fails
+    the request: what goes wrong keeps the answer in hand."""
     api = incoming.api
     plan, decision = decided.plan, decided.decision
     model = decision.model or ""
@@ -175,7 +180,7 @@ async def judge(sidecar: Sidecar, incoming: Incoming, decided: Decided, status: 
         step = escalate(plan, decision, answers, tried, (time.monotonic() - incoming.started) * 1000)
         if step.to is None:
             break
-        got = await _ask_llm(sidecar, incoming, decided, step.to)
+        got = await _ask_llm(sidecar, incoming, decided, step.to, listen)
         tried += 1
         if got is None or not 200 <= got[0] < 300:
             break  # the next model failed: the answer in hand stands
@@ -193,20 +198,69 @@ def _may_escalate(plan: VirtualModelPlan, decision: Decision, tried: int, incomi
     return tried <= limits.max_escalations and tried < len(decision.models) and elapsed_ms < limits.deadline_ms
 
 
-async def _ask_llm(sidecar: Sidecar, incoming: Incoming, decided: Decided, model: str) -> tuple[int, bytes] | None:
-    """The request sent to ``model``'s provider by the sidecar itself (an escalation): its
-    answer, or None when it could not be had (the earlier answer stands)."""
+@dataclass(frozen=True, slots=True)
+class _Escalation:
+    listener: str
+    model: str  # the provider model it goes to
+    headers: tuple[tuple[str, str], ...]  # the route's request headers
+
+
+# nonce -> an escalation this process sent through Envoy and waits for. A nonce is 128 random
+# bits and used once: a request carrying one was sent by this process, never by a client.
+_ESCALATIONS: dict[str, _Escalation] = {}
+
+
+def escalation(incoming: Incoming) -> Forward | None:
+    """A judge's escalation this sidecar sent through its listener (it carries a nonce this
+    process issued): on to the next model's provider, whose key Envoy adds as it leaves, as it
+    does for the first model. None for any other request."""
+    nonce = incoming.headers.get(ESCALATION_HEADER)
+    sent = _ESCALATIONS.pop(nonce, None) if nonce is not None else None
+    if sent is None or sent.listener != incoming.listener:
+        return None
+    provider = incoming.data.providers.get(sent.model)
+    if provider is None:
+        return None
+    return replace(to_provider(incoming, provider, sent.headers), remove_headers=(ESCALATION_HEADER,))
+
+
+async def _ask_llm(
+    sidecar: Sidecar, incoming: Incoming, decided: Decided, model: str, listen: str | None
+) -> tuple[int, bytes] | None:
+    """The request sent on to ``model`` (an escalation): its answer, or None when it could not
+    be had (the earlier answer stands). Through the listener at ``listen`` (the route names it)
+    when there is one, so Envoy sends it to the provider's cluster and adds its key; else
+    straight to the provider, with the key only if the sidecar's environment holds it."""
     provider = incoming.data.providers.get(model)
     if provider is None or not provider.endpoints:
         return None
     rewrite = decided.decision.rewrite
     body = msgspec.json.encode(rewritten(incoming.api, decided.body, model, rewrite))
+    judge = decided.plan.judges[decided.decision.judge or ""]
+    left_s = max(0.001, judge.deadline_ms / 1000 - (time.monotonic() - incoming.started))
+    headers = [("content-type", "application/json")]
+    if listen is not None:
+        nonce = secrets.token_urlsafe(16)
+        _ESCALATIONS[nonce] = _Escalation(
+            incoming.listener, model, tuple(rewrite.headers.items()) if rewrite is not None else ()
+        )
+        # The client's own credentials, as the request came: a listener with keys checks them again.
+        headers += [(h, v) for h in ("authorization", "x-api-key") if (v := incoming.headers.get(h))]
+        headers.append((ESCALATION_HEADER, nonce))
+        host, _, port = listen.rpartition(":")
+        host = _LOOPBACK.get(host, host)
+        url = f"http://{f'[{host}]' if ':' in host else host}:{port}{incoming.path}"
+        try:
+            reply = await sidecar.http.request("POST", url, body=body, headers=headers, timeout_s=left_s)
+        except CallFailed:
+            return None
+        finally:
+            _ESCALATIONS.pop(nonce, None)
+        return reply.status, reply.body
     path = provider.base_path + incoming.path[len("/v1") :] if incoming.path.startswith("/v1") else incoming.path
     origin = urlsplit(provider.endpoints[0])
-    headers = [("content-type", "application/json"), ("x-request-id", incoming.request_id)]
+    headers.append(("x-request-id", incoming.request_id))
     headers += list(rewrite.headers.items()) if rewrite is not None else []
-    # Envoy adds a provider's key to what it forwards; this call has it only if the sidecar's
-    # environment holds it too. Without it the escalation cannot be had and the answer stands.
     try:
         key = upstream_key(provider.api_key_env)
     except KeysUnavailable as exc:
@@ -216,15 +270,17 @@ async def _ask_llm(sidecar: Sidecar, incoming: Incoming, decided: Decided, model
         return None
     if key is not None:
         headers.append(("x-api-key", key) if incoming.api == ANTHROPIC else ("authorization", f"Bearer {key}"))
-    judge = decided.plan.judges[decided.decision.judge or ""]
-    left_s = judge.deadline_ms / 1000 - (time.monotonic() - incoming.started)
     try:
         reply = await sidecar.http.request(
-            "POST", f"{origin.scheme}://{origin.netloc}{path}", body=body, headers=headers, timeout_s=max(0.001, left_s)
+            "POST", f"{origin.scheme}://{origin.netloc}{path}", body=body, headers=headers, timeout_s=left_s
         )
     except CallFailed:
         return None
     return reply.status, reply.body
+
+
+# A listener bound to every address is reached on loopback: the sidecar runs beside its Envoy.
+_LOOPBACK = {"0.0.0.0": "127.0.0.1", "::": "::1"}
 
 
 async def _answers(
@@ -411,4 +467,13 @@ def _buckets(answer: SignalAnswer) -> list[str]:
     return [str(value)]
 
 
-__all__ = ["CardChecks", "Decided", "Judged", "decide_request", "judge", "virtual_model"]
+__all__ = [
+    "ESCALATION_HEADER",
+    "CardChecks",
+    "Decided",
+    "Judged",
+    "decide_request",
+    "escalation",
+    "judge",
+    "virtual_model",
+]

@@ -41,7 +41,7 @@ from sr_control.extproc.answer import error_answer, whole_as_sent
 from sr_control.extproc.auth import TWO_KEYS, KeysUnavailable
 from sr_control.extproc.call import Call
 from sr_control.extproc.data import SYSTEMONE_API
-from sr_control.extproc.decide import Decided, decide_request, judge, virtual_model
+from sr_control.extproc.decide import Decided, decide_request, escalation, judge, virtual_model
 from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.incoming import Incoming, Sidecar
 from sr_control.extproc.listing import listing
@@ -189,7 +189,10 @@ class Exchange:
             out, self.call = await self.systemone.request(incoming, body)
         elif self.api in incoming.data.offers:
             plan = virtual_model(incoming, body)
-            if plan is not None:
+            escalated = escalation(incoming) if plan is None else None
+            if escalated is not None:  # the judge of a request in flight sent this one on
+                out = escalated
+            elif plan is not None:
                 with step("decide"):
                     out, self.decided = await decide_request(self.sidecar, incoming, body, plan)
             else:
@@ -242,7 +245,8 @@ class Exchange:
             decided = self.decided
             if decided is None or self.incoming is None:
                 return envoy.CONTINUE_RESPONSE_BODY
-            judged = await judge(self.sidecar, self.incoming, decided, self.upstream_status, body)
+            listen = self.meta.get("x-vsr-listen")
+            judged = await judge(self.sidecar, self.incoming, decided, self.upstream_status, body, listen)
             self.done = True
             # The model that answered (the next one, when the judge escalated) and the judge's
             # answers: in the answer's headers and the access log.

@@ -385,22 +385,27 @@ def test_a_judge_that_holds_escalates_the_answer_to_the_routes_next_model(live: 
     assert (shown["route"], shown["models"], shown["judge"]) == ("checked", ["small-llm", "big-llm"], "weak")
 
 
-def test_an_escalation_the_sidecar_has_no_key_for_keeps_the_answer(live: Live) -> None:
-    """keyed-llm's key is Envoy's alone (as the chart gives it): the sidecar's own call to it
-    cannot carry it, so the judge keeps the first answer, never fails the request."""
+def test_an_escalation_to_a_keyed_provider_carries_the_key_envoy_holds(live: Live) -> None:
+    """keyed-llm's key is Envoy's alone (as the chart gives it): the escalation goes through
+    the listener again, and Envoy adds the key as it does for a first model."""
     big = len(live.big.received)
     reply = live.chat("vllm-sr/keyed", EVERYDAY)
     assert reply.status == 200, reply.body
-    assert (reply.headers["x-vsr-decision"], reply.headers["x-vsr-model"]) == ("checked", "small-llm")
-    assert reply.json()["choices"][0]["message"]["content"] == "small-llm answers"
-    assert len(live.big.received) == big
-    request_id = reply.headers["x-typesafe-request-id"]
-    warned = wait_for(
-        lambda: [x for x in live.sidecar.log.read_text().splitlines() if request_id in x and "escalation" in x],
-        timeout=10,
-        what="the sidecar's warning",
-    )
-    assert "VSR_TEST_KEYED_LLM is unset or empty in the sidecar's environment" in warned[0]
+    assert (reply.headers["x-vsr-decision"], reply.headers["x-vsr-model"]) == ("checked", "keyed-llm")
+    assert reply.json()["choices"][0]["message"]["content"] == "big-llm answers"  # keyed-llm's upstream
+    assert len(live.big.received) == big + 1
+    got, headers = live.big.received[-1]
+    assert got["model"] == "keyed-llm"
+    assert headers["authorization"] == "Bearer sk-keyed"
+    assert "x-vsr-escalation" not in headers
+
+
+def test_a_client_cannot_pass_for_an_escalation(live: Live) -> None:
+    body = json.dumps(chat_body("keyed-llm", EVERYDAY)).encode()
+    headers = {"content-type": "application/json", "x-vsr-escalation": "a-guess"}
+    reply = request(live.port, "POST", "/v1/chat/completions", body, headers)
+    assert reply.status == 404
+    assert reply.json()["error"]["code"] == "model_not_found"
 
 
 def test_a_judge_that_does_not_hold_keeps_the_answer(live: Live, tmp_path: Path) -> None:
