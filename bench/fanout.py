@@ -6,8 +6,10 @@
 ``vllm-sr xds serve`` runs as its own process on a config of ``--listeners`` listeners; the nodes
 are simulated (tests/fleet/nodes.py), a tenth of them sidecars (delta, every listener) and the
 rest Envoys (SotW: clusters, listeners, routes), spread over worker processes of at most
-``--per-process`` nodes each. Each edit toggles whether one listener offers the Responses API
-(its listener, route table and sidecar data change) and is saved by an atomic rename.
+``--per-process`` nodes each. Each edit moves one listener to another port and toggles whether it
+offers the Responses API (its listener, route table and sidecar data change, never to a version
+served before) and is saved by an atomic rename. ``--plane-from DIR`` runs the control plane of
+another checkout (a commit to compare with), each edit's versions compiled by that checkout.
 
 For each node count it prints:
 
