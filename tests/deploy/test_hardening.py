@@ -205,6 +205,15 @@ def test_a_stopping_runtime_serves_until_envoy_has_heard(rendered: dict[str, lis
     assert probe["httpGet"]["path"] == "/health" and probe["timeoutSeconds"] == 5
 
 
+def test_a_grace_period_shorter_than_the_runtimes_stop_is_refused() -> None:
+    with pytest.raises(helm.HelmRenderError) as refused:
+        render({"runtimeDefaults": {"preStopSeconds": 30, "terminationGracePeriodSeconds": 30}})
+    assert (
+        "runtimes.runtime.terminationGracePeriodSeconds is 30, but the pod serves on for preStopSeconds (30) "
+        "before SIGTERM, and vllm-srun needs up to 5 s more to finish its requests: give at least 40"
+    ) in str(refused.value)
+
+
 def test_pods_carry_the_recommended_labels(rendered: dict[str, list[dict[str, Any]]]) -> None:
     for where, template in pods(rendered["gpu-and-cpu"]):
         labels = template["metadata"]["labels"]

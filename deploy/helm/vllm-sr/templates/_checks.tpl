@@ -70,6 +70,9 @@
 {{- /* Each runtime group's weights come from somewhere it names. */ -}}
 {{- range $name, $g := $runtimes -}}
 {{- $w := $g.weights -}}
+{{- if lt (int $g.terminationGracePeriodSeconds) (add (int $g.preStopSeconds) 10) -}}
+{{- fail (printf "runtimes.%s.terminationGracePeriodSeconds is %v, but the pod serves on for preStopSeconds (%v) before SIGTERM, and vllm-srun needs up to 5 s more to finish its requests: give at least %v" $name $g.terminationGracePeriodSeconds $g.preStopSeconds (add (int $g.preStopSeconds) 10)) -}}
+{{- end -}}
 {{- if gt (int $g.gpus) 1 -}}
 {{- fail (printf "runtimes.%s.gpus is %v, but vllm-srun serves one model on one device, so a pod uses one GPU and the others would sit reserved and idle: give gpus: 1 and replicas: %v (one pod per GPU)" $name $g.gpus (mul (int $g.gpus) (int $g.replicas))) -}}
 {{- end -}}
