@@ -45,6 +45,11 @@ def test_every_container_is_read_only_sized_and_pulled_as_told(
         for volume in spec.get("volumes", []):
             if "emptyDir" in volume:
                 assert volume["emptyDir"].get("sizeLimit"), f"{where}: emptyDir {volume['name']}"
+        # Once any container has an ephemeral-storage limit, the kubelet evicts the pod when its
+        # emptyDirs and logs together pass the sum of them: the runtime's weights and cache would.
+        if any(v["name"] in ("models", "cache") for v in spec.get("volumes", [])):
+            for cname, c in containers(spec):
+                assert "ephemeral-storage" not in c["resources"].get("limits", {}), f"{where} {cname}"
 
 
 @pytest.mark.parametrize("name", VALUE_SETS)
