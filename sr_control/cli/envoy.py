@@ -34,7 +34,10 @@ def drain(
     """Drain Envoy's listeners, then wait until no request is active (or the timeout passes).
 
     Exit 0 when every request finished, 1 when some were still active at the timeout, 2 when the
-    admin did not answer (Envoy is not running)."""
+    admin did not answer (Envoy is not running). The chart's Envoy preStop:
+
+        vllm-sr envoy drain --admin 127.0.0.1:9901 --announce-s 5 --timeout-s 12
+    """
     if not draining.start_drain(admin):
         typer.echo(f"envoy drain: no Envoy admin answers at {admin}", err=True)
         raise typer.Exit(2)
@@ -59,7 +62,10 @@ def wait(
     """Wait until the Envoy beside this process has exited (its admin no longer answers).
 
     The sidecar's preStop: Envoy calls the sidecar for every request it still drains, so the
-    sidecar stops after it. Exit 0 once Envoy is gone, 1 at the timeout."""
+    sidecar stops after it. Exit 0 once Envoy is gone, 1 at the timeout:
+
+        vllm-sr envoy wait --admin 127.0.0.1:9901 --timeout-s 19
+    """
     if not draining.wait_gone(admin, timeout_s=timeout_s):
         typer.echo(f"envoy wait: Envoy at {admin} still answers after {timeout_s:g} s", err=True)
         raise typer.Exit(1)
