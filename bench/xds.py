@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/xds.py [--edits 20] [--changes 40] [--ads sotw|delta|both] [--only-saves]
 
-Edit to effect is measured on a real stack: ``vllm-sr xds serve`` (default poll interval) and a
-real Envoy started from the compiled ``bootstrap.yaml``. Each edit toggles whether a listener
+Edit to effect is measured on a real stack: ``vllm-sr xds serve`` (the file watched through
+watchfiles) and a real Envoy started from the compiled ``bootstrap.yaml``. Each edit toggles whether a listener
 offers the Responses API; the clock runs from the file's atomic replace until a client on an
 open connection sees the other answer (200 from the upstream, or Envoy's 404), so it includes
 noticing the edit, validation, compile, the push and Envoy applying it. ``--only-saves``
@@ -20,12 +20,12 @@ through ``vllm-sr xds serve --kubeconfig``, EDS and Envoy's first health check o
 Big configs (``--only-scale``, also part of a full run): the same edit, made to the middle
 listener of configs of 10, 100 and 1,000 listeners (``--sizes``), first in process (file
 written -> ``Reloader.reload()`` -> snapshot set: the control plane's own share, without the
-watch's poll or Envoy), then end to end through ``vllm-sr xds serve`` and a real Envoy holding
+file watch or Envoy), then end to end through ``vllm-sr xds serve`` and a real Envoy holding
 every listener, the client on an open connection to the edited one.
 
-Prints figures and the targets (edit to effect p50 under 100 ms, on a small config and for a
-one-listener edit on 1,000 listeners; 1,000 listeners compiled in under 1 s); it never fails on
-time.
+Prints figures and the targets (edit to effect p50 under 100 ms on a small config, under 30 ms
+for a one-listener edit on 1,000 listeners; 1,000 listeners compiled in under 1 s); it never
+fails on time.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ from sr_control.config.load import load_text  # noqa: E402
 
 COMPILE_TARGET_S = 1.0
 EDIT_TARGET_MS = 100.0
+# A one-listener edit on the largest config (issue 27: 53 ms before the watch stopped polling).
+SCALE_TARGET_MS = 30.0
 SCALE_SIZES = (10, 100, 1000)
 
 
@@ -567,8 +569,8 @@ def _scale(protocols: list[str], edits: int, sizes: list[int]) -> None:
             ms, _ = bench_edits(ads, edits, listeners=n)
             mark = (
                 (
-                    f"   target p50 < {EDIT_TARGET_MS:.0f} ms: "
-                    f"{'met' if statistics.median(ms) < EDIT_TARGET_MS else 'MISSED'}"
+                    f"   target p50 < {SCALE_TARGET_MS:.0f} ms: "
+                    f"{'met' if statistics.median(ms) < SCALE_TARGET_MS else 'MISSED'}"
                 )
                 if n == max(sizes)
                 else ""
