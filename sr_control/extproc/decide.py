@@ -15,34 +15,27 @@ dynamic metadata (``Decided.record``, namespace ``vllm-sr.decide``; the access l
 too), so the answer's headers need no message to the sidecar. No route and no default: the
 API's own error (400), never a 5xx of the router's.
 
-    judge     a route with a judge and a next model, on a non-streamed answer: the answer is
-              read (the route's API sends its body to the sidecar for that request only), the
-              judge's signals asked over it, and while the judge holds the sidecar asks the
-              next model itself (judge); a streamed answer passes through unread
+    judge     a route with a judge and a next model, on a non-streamed answer: judge.py
 """
 
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import msgspec
 
 from sr_base.log import get_logger
 from sr_control.config.model import Signal
 from sr_control.decide.cards import lacks, plan_problems
-from sr_control.decide.judge import escalate
 from sr_control.decide.request import (
     EMPTY,
     DecideCall,
     NotAConversation,
     Parts,
-    answer_text,
     build_calls,
     parts_of,
     read_answers,
@@ -50,13 +43,13 @@ from sr_control.decide.request import (
 from sr_control.decide.rewrite import NO_ROUTE, rewritten
 from sr_control.decide.rules import Answer as SignalAnswer
 from sr_control.decide.rules import Decision, VirtualModelPlan, decide, keyword_answers
-from sr_control.extproc.auth import KeysUnavailable, upstream_key
+from sr_control.extproc.auth import upstream_key
 from sr_control.extproc.capability import Card
 from sr_control.extproc.cards import CardBook
 from sr_control.extproc.data import ListenerData, Member
 from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.incoming import Incoming, Sidecar
-from sr_control.extproc.llm import ANTHROPIC, llm_error, model_of, to_provider
+from sr_control.extproc.llm import llm_error, model_of, to_provider
 from sr_control.extproc.members import RETRIABLE
 from sr_control.extproc.metrics import upstream_result
 from sr_control.extproc.upstream import CallFailed
@@ -65,7 +58,6 @@ from systemone import REGISTRY, Policy, ProtocolError, Target, WireReply
 from systemone.ir import ItemResult
 
 NO_DECISION = "none"
-ESCALATION_HEADER = "x-vsr-escalation"
 _log = get_logger("vllm_sr.extproc.decide")
 
 
@@ -112,7 +104,7 @@ async def decide_request(
         parts = parts_of(api, doc)
     except (ValueError, NotAConversation) as exc:
         return llm_error(api, 400, f"not a {api} request: {exc}", "invalid_request"), None
-    answers, asked = await _answers(sidecar, incoming, plan, parts, judge=False)
+    answers, asked = await ask_signals(sidecar, incoming, plan, parts, judge=False)
     decision = decide(plan, answers)
     metrics = sidecar.metrics
     metrics.decide_calls.observe(asked)
@@ -123,7 +115,7 @@ async def decide_request(
     record = {
         "decision": label,
         "model": model or "",
-        "signals": {name: _shown(a) for name, a in answers.items()},
+        "signals": {name: shown_answer(a) for name, a in answers.items()},
         "version": incoming.data.version,
     }
     decided = Decided(plan, decision, parts, doc, record)
@@ -147,143 +139,7 @@ async def decide_request(
     return to_provider(incoming, provider, sets, new_body), decided
 
 
-@dataclass(frozen=True, slots=True)
-class Judged:
-    """What the client gets after the judge: the answer, the model that gave it, and the
-    decision's record with the judge's answers added (the last asked of each signal)."""
-
-    status: int
-    body: bytes
-    model: str
-    record: dict[str, Any]
-
-
-async def judge(
-    sidecar: Sidecar, incoming: Incoming, decided: Decided, status: int, body: bytes, listen: str | None = None
-) -> Judged:
-    """The chosen model answered ``status``/``body``: the route's judge reads it and, while it
-    holds (and the judge's limits allow), the sidecar sends the request on to the route's next
-    model (through the listener at ``listen``, as ``escalation`` reads it). A judge never fails
-    the request: what goes wrong keeps the answer in hand."""
-    api = incoming.api
-    plan, decision = decided.plan, decided.decision
-    model = decision.model or ""
-    shown = dict(decided.record["signals"])
-    tried = 1
-    while status == 200 and _may_escalate(plan, decision, tried, incoming):
-        try:
-            text = answer_text(api, msgspec.json.decode(body))
-        except (ValueError, AttributeError, TypeError):
-            break
-        answers, _ = await _answers(sidecar, incoming, plan, decided.parts.with_answer(text), judge=True)
-        shown |= {name: _shown(a) for name, a in answers.items()}
-        step = escalate(plan, decision, answers, tried, (time.monotonic() - incoming.started) * 1000)
-        if step.to is None:
-            break
-        got = await _ask_llm(sidecar, incoming, decided, step.to, listen)
-        tried += 1
-        if got is None or not 200 <= got[0] < 300:
-            break  # the next model failed: the answer in hand stands
-        status, body = got
-        model = step.to
-        sidecar.metrics.decide_requests.labels(incoming.listener, "escalated", step.to).inc()
-    return Judged(status, body, model, {"model": model, "signals": shown})
-
-
-def _may_escalate(plan: VirtualModelPlan, decision: Decision, tried: int, incoming: Incoming) -> bool:
-    """escalate's limits, checked before its signals are asked: no call for an answer that stands
-    whatever the judge says."""
-    limits = plan.judges[decision.judge or ""]
-    elapsed_ms = (time.monotonic() - incoming.started) * 1000
-    return tried <= limits.max_escalations and tried < len(decision.models) and elapsed_ms < limits.deadline_ms
-
-
-@dataclass(frozen=True, slots=True)
-class _Escalation:
-    listener: str
-    model: str  # the provider model it goes to
-    headers: tuple[tuple[str, str], ...]  # the route's request headers
-
-
-# nonce -> an escalation this process sent through Envoy and waits for. A nonce is 128 random
-# bits and used once: a request carrying one was sent by this process, never by a client.
-_ESCALATIONS: dict[str, _Escalation] = {}
-
-
-def escalation(incoming: Incoming) -> Forward | None:
-    """A judge's escalation this sidecar sent through its listener (it carries a nonce this
-    process issued): on to the next model's provider, whose key Envoy adds as it leaves, as it
-    does for the first model. None for any other request."""
-    nonce = incoming.headers.get(ESCALATION_HEADER)
-    sent = _ESCALATIONS.pop(nonce, None) if nonce is not None else None
-    if sent is None or sent.listener != incoming.listener:
-        return None
-    provider = incoming.data.providers.get(sent.model)
-    if provider is None:
-        return None
-    return replace(to_provider(incoming, provider, sent.headers), remove_headers=(ESCALATION_HEADER,))
-
-
-async def _ask_llm(
-    sidecar: Sidecar, incoming: Incoming, decided: Decided, model: str, listen: str | None
-) -> tuple[int, bytes] | None:
-    """The request sent on to ``model`` (an escalation): its answer, or None when it could not
-    be had (the earlier answer stands). Through the listener at ``listen`` (the route names it)
-    when there is one, so Envoy sends it to the provider's cluster and adds its key; else
-    straight to the provider, with the key only if the sidecar's environment holds it."""
-    provider = incoming.data.providers.get(model)
-    if provider is None or not provider.endpoints:
-        return None
-    rewrite = decided.decision.rewrite
-    body = msgspec.json.encode(rewritten(incoming.api, decided.body, model, rewrite))
-    judge = decided.plan.judges[decided.decision.judge or ""]
-    left_s = max(0.001, judge.deadline_ms / 1000 - (time.monotonic() - incoming.started))
-    headers = [("content-type", "application/json")]
-    if listen is not None:
-        nonce = secrets.token_urlsafe(16)
-        _ESCALATIONS[nonce] = _Escalation(
-            incoming.listener, model, tuple(rewrite.headers.items()) if rewrite is not None else ()
-        )
-        # The client's own credentials, as the request came: a listener with keys checks them again.
-        headers += [(h, v) for h in ("authorization", "x-api-key") if (v := incoming.headers.get(h))]
-        headers.append((ESCALATION_HEADER, nonce))
-        host, _, port = listen.rpartition(":")
-        host = _LOOPBACK.get(host, host)
-        url = f"http://{f'[{host}]' if ':' in host else host}:{port}{incoming.path}"
-        try:
-            reply = await sidecar.http.request("POST", url, body=body, headers=headers, timeout_s=left_s)
-        except CallFailed:
-            return None
-        finally:
-            _ESCALATIONS.pop(nonce, None)
-        return reply.status, reply.body
-    path = provider.base_path + incoming.path[len("/v1") :] if incoming.path.startswith("/v1") else incoming.path
-    origin = urlsplit(provider.endpoints[0])
-    headers.append(("x-request-id", incoming.request_id))
-    headers += list(rewrite.headers.items()) if rewrite is not None else []
-    try:
-        key = upstream_key(provider.api_key_env)
-    except KeysUnavailable as exc:
-        _log.warning(
-            "escalation without the provider's key", request_id=incoming.request_id, model=model, error=str(exc)
-        )
-        return None
-    if key is not None:
-        headers.append(("x-api-key", key) if incoming.api == ANTHROPIC else ("authorization", f"Bearer {key}"))
-    try:
-        reply = await sidecar.http.request(
-            "POST", f"{origin.scheme}://{origin.netloc}{path}", body=body, headers=headers, timeout_s=left_s
-        )
-    except CallFailed:
-        return None
-    return reply.status, reply.body
-
-
-# A listener bound to every address is reached on loopback: the sidecar runs beside its Envoy.
-_LOOPBACK = {"0.0.0.0": "127.0.0.1", "::": "::1"}
-
-
-async def _answers(
+async def ask_signals(
     sidecar: Sidecar, incoming: Incoming, plan: VirtualModelPlan, parts: Parts, *, judge: bool
 ) -> tuple[dict[str, SignalAnswer], int]:
     """Every signal's answer (the judges' with ``judge``), and how many decision-model calls it
@@ -439,7 +295,7 @@ def _lacking(plan: VirtualModelPlan, call: DecideCall, signals: Mapping[str, Sig
     return found
 
 
-def _shown(answer: SignalAnswer) -> Any:
+def shown_answer(answer: SignalAnswer) -> Any:
     """An answer as the log shows it: its value, or ``unknown: why``."""
     if answer.unknown is not None:
         return f"unknown: {answer.unknown}"
@@ -467,13 +323,4 @@ def _buckets(answer: SignalAnswer) -> list[str]:
     return [str(value)]
 
 
-__all__ = [
-    "ESCALATION_HEADER",
-    "CardChecks",
-    "Decided",
-    "Judged",
-    "decide_request",
-    "escalation",
-    "judge",
-    "virtual_model",
-]
+__all__ = ["CardChecks", "Decided", "ask_signals", "decide_request", "shown_answer", "virtual_model"]

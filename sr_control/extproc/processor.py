@@ -41,9 +41,10 @@ from sr_control.extproc.answer import error_answer, whole_as_sent
 from sr_control.extproc.auth import TWO_KEYS, KeysUnavailable
 from sr_control.extproc.call import Call
 from sr_control.extproc.data import SYSTEMONE_API
-from sr_control.extproc.decide import Decided, decide_request, escalation, judge, virtual_model
+from sr_control.extproc.decide import Decided, decide_request, virtual_model
 from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.incoming import Incoming, Sidecar
+from sr_control.extproc.judge import escalation, judge
 from sr_control.extproc.listing import listing
 from sr_control.extproc.read import listener_codec
 from sr_control.extproc.systemone_path import SystemOne
