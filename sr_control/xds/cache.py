@@ -42,6 +42,7 @@ class _Member:
     # resources (made), or exactly the snapshot's resources (settled).
     made: Mapping[str, str] = field(default_factory=dict)
     settled: Mapping[str, str] = field(default_factory=dict)
+    awaiting: tuple[str, bool, str, bool] | None = None  # what it waits for (``wait_until``), if anything
 
     def at(self, settled: bool) -> Mapping[str, str]:
         return self.settled if settled else self.made
@@ -87,6 +88,13 @@ class _Group:
         if exclude is not None and t in exclude.subscribed and exclude.made.get(t) == version:
             n -= 1
         return n
+
+    def forget(self, awaited: Awaited, stream: int) -> None:
+        waiters = self.until.get(awaited)
+        if waiters is not None:
+            waiters.pop(stream, None)
+            if not waiters:
+                del self.until[awaited]
 
     def met(self, awaited: Awaited, exclude: _Member) -> bool:
         t, settled, version, every = awaited
@@ -158,8 +166,8 @@ class SnapshotCache:
             group = self._groups[gone.group]
             group.count(gone, -1)
             group.waiting.discard(stream)
-            for waiters in group.until.values():
-                waiters.pop(stream, None)
+            if gone.awaiting is not None:
+                group.forget(gone.awaiting, stream)
             # A stream that waited on this one need not wait any more.
             wake = self._progress(group, gone.subscribed)
         for w in wake:
@@ -210,8 +218,12 @@ class SnapshotCache:
             if m is None:
                 return
             group = self._groups[m.group]
+            if m.awaiting is not None and m.awaiting != awaited:
+                group.forget(m.awaiting, stream)  # it waits for something else now (a newer version)
+            m.awaiting = None
             if not group.met(awaited, m):
                 group.until.setdefault(awaited, {})[stream] = m
+                m.awaiting = awaited
                 return
         m.wake()  # it holds already
 
@@ -260,6 +272,7 @@ class SnapshotCache:
             for sid, m in list(waiters.items()):
                 if group.met(awaited, m):
                     del waiters[sid]
+                    m.awaiting = None
                     out.append(m.wake)
             if not waiters:
                 del group.until[awaited]
