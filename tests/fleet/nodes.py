@@ -20,13 +20,19 @@ names it subscribes to; it NACKs one (``refuse``) with ``error_detail``, the ver
 before and the same nonce, and keeps what it held. A **sidecar-like** node (``SidecarNode``)
 subscribes to ``sidecar/<listener>`` over delta ADS and ACKs with the nonce alone, as
 ``sr_control/extproc/subscription.py`` does. ``tests/fleet/test_nodes_envoy.py`` holds the
-Envoy-like node to a real Envoy: same requests, same ACKs.
+Envoy-like node to a real Envoy, and the sidecar-like one to that subscription: same requests,
+same ACKs.
 
 Every node records what it holds per type and when it took it (``time.monotonic()``, which is
 one clock for every process on the host, so a bench can compare times across processes). A
 broken stream is reopened with backoff (``backoff``), announcing what the node holds, as
-Envoy and the sidecar do. ``node.stop_reading()`` makes a node that never reads again (a
-slow node: the control plane's sends to it stall once gRPC's flow-control window is full).
+Envoy and the sidecar do. ``Fleet(stalled=N, stalled_sidecars=M)`` then ``fleet.stall()``
+makes the first N Envoys and M sidecars nodes that never read again (slow nodes: their receive
+window is small, so the control plane's sends to them stall at once); ``node.holds(versions)``
+asks one node.
+
+Identical responses are decoded once per process (nodes in step get the same bytes, nonce
+included): real Envoys decode on CPUs of their own, simulated ones share the host's.
 
 One process carries a few hundred nodes; a bench runs several processes for thousands.
 """
