@@ -45,6 +45,7 @@ def test_every_metric_the_serve_page_names_is_exported() -> None:
     metrics.reloads.labels(result="ok").inc()
     metrics.pushes.labels(type="listeners", result="ack").inc()
     metrics.streams.labels(protocol="sotw").inc()
+    metrics.encoded.labels(type="listeners").inc(1)
     metrics.endpoints.labels(deployment="d").set(2)
     exported = set(re.findall(r"^(vsr_[a-z_]+)", metrics.text().decode(), re.M))
     assert named and named <= exported
