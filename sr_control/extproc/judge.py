@@ -6,14 +6,17 @@ answer's body to the sidecar for that request only; the judge's signals are aske
 allow, the request goes on to the route's next model. A streamed answer passes through unread.
 
 The sidecar sends that request through the listener it came in on (the route names its address,
-``x-vsr-listen``) with a one-use nonce (``x-vsr-escalation``); seeing it come back, it names the
-next provider's cluster (``escalation``), so Envoy adds that provider's key as it does the first
-model's. A judge never fails the request: whatever goes wrong keeps the answer in hand.
+``x-vsr-listen``) with a token (``x-vsr-escalation``) signed with a key its workers share; seeing
+it come back, whichever worker gets it names the next provider's cluster (``escalation``), so
+Envoy adds that provider's key as it does the first model's. A judge never fails the request:
+whatever goes wrong keeps the answer in hand.
 """
 
 from __future__ import annotations
 
-import secrets
+import base64
+import hashlib
+import hmac
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -88,30 +91,37 @@ def _may_escalate(plan: VirtualModelPlan, decision: Decision, tried: int, incomi
     return tried <= limits.max_escalations and tried < len(decision.models) and elapsed_ms < limits.deadline_ms
 
 
-@dataclass(frozen=True, slots=True)
-class _Escalation:
-    listener: str
-    model: str  # the provider model it goes to
-    headers: tuple[tuple[str, str], ...]  # the route's request headers
-
-
-# nonce -> an escalation this process sent through Envoy and waits for. A nonce is 128 random
-# bits and used once: a request carrying one was sent by this process, never by a client.
-_ESCALATIONS: dict[str, _Escalation] = {}
-
-
-def escalation(incoming: Incoming) -> Forward | None:
-    """A judge's escalation this sidecar sent through its listener (it carries a nonce this
-    process issued): on to the next model's provider, whose key Envoy adds as it leaves, as it
-    does for the first model. None for any other request."""
-    nonce = incoming.headers.get(ESCALATION_HEADER)
-    sent = _ESCALATIONS.pop(nonce, None) if nonce is not None else None
-    if sent is None or sent.listener != incoming.listener:
+def escalation(sidecar: Sidecar, incoming: Incoming, body: bytes) -> Forward | None:
+    """A judge's escalation a sidecar worker sent through this listener (its token, signed with
+    the key every worker of this sidecar shares, names the virtual model, route and next model
+    and holds for this body only, for the judge's deadline): on to that model's provider, whose
+    key Envoy adds as it leaves, as for a first model. None for any other request."""
+    token = incoming.headers.get(ESCALATION_HEADER)
+    if token is None:
         return None
-    provider = incoming.data.providers.get(sent.model)
-    if provider is None:
+    claim, _, mac = token.partition(".")
+    expected = _mac(sidecar.settings.escalation_key, incoming.listener, claim, body)
+    if not hmac.compare_digest(mac.encode("latin-1"), expected.encode()):  # any header a client sends
         return None
-    return replace(to_provider(incoming, provider, sent.headers), remove_headers=(ESCALATION_HEADER,))
+    vm, route_name, model, expires = msgspec.json.decode(base64.urlsafe_b64decode(claim))
+    plan = incoming.data.virtual_models.get(vm)
+    route = next((r for _, r in plan.routes if r.name == route_name), None) if plan is not None else None
+    provider = incoming.data.providers.get(model)
+    if time.time() > expires or route is None or model not in route.models or provider is None:
+        return None
+    sets = tuple(route.rewrite.headers.items()) if route.rewrite is not None else ()
+    return replace(to_provider(incoming, provider, sets), remove_headers=(ESCALATION_HEADER,))
+
+
+def _token(sidecar: Sidecar, incoming: Incoming, decided: Decided, model: str, body: bytes, left_s: float) -> str:
+    claim = [decided.plan.name, decided.decision.route, model, time.time() + left_s]
+    sealed = base64.urlsafe_b64encode(msgspec.json.encode(claim)).decode()
+    return f"{sealed}.{_mac(sidecar.settings.escalation_key, incoming.listener, sealed, body)}"
+
+
+def _mac(key: bytes, listener: str, claim: str, body: bytes) -> str:
+    signed = b"\n".join((listener.encode(), claim.encode(), hashlib.sha256(body).digest()))
+    return hmac.new(key, signed, "sha256").hexdigest()
 
 
 async def _ask_llm(
@@ -130,13 +140,9 @@ async def _ask_llm(
     left_s = max(0.001, judge.deadline_ms / 1000 - (time.monotonic() - incoming.started))
     headers = [("content-type", "application/json")]
     if listen is not None:
-        nonce = secrets.token_urlsafe(16)
-        _ESCALATIONS[nonce] = _Escalation(
-            incoming.listener, model, tuple(rewrite.headers.items()) if rewrite is not None else ()
-        )
         # The client's own credentials, as the request came: a listener with keys checks them again.
         headers += [(h, v) for h in ("authorization", "x-api-key") if (v := incoming.headers.get(h))]
-        headers.append((ESCALATION_HEADER, nonce))
+        headers.append((ESCALATION_HEADER, _token(sidecar, incoming, decided, model, body, left_s)))
         host, _, port = listen.rpartition(":")
         host = _LOOPBACK.get(host, host)
         url = f"http://{f'[{host}]' if ':' in host else host}:{port}{incoming.path}"
@@ -144,8 +150,6 @@ async def _ask_llm(
             reply = await sidecar.http.request("POST", url, body=body, headers=headers, timeout_s=left_s)
         except CallFailed:
             return None
-        finally:
-            _ESCALATIONS.pop(nonce, None)
         return reply.status, reply.body
     path = provider.base_path + incoming.path[len("/v1") :] if incoming.path.startswith("/v1") else incoming.path
     origin = urlsplit(provider.endpoints[0])

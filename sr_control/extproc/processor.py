@@ -190,7 +190,7 @@ class Exchange:
             out, self.call = await self.systemone.request(incoming, body)
         elif self.api in incoming.data.offers:
             plan = virtual_model(incoming, body)
-            escalated = escalation(incoming) if plan is None else None
+            escalated = escalation(self.sidecar, incoming, body) if plan is None else None
             if escalated is not None:  # the judge of a request in flight sent this one on
                 out = escalated
             elif plan is not None:

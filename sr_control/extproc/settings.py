@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, field
 from typing import Literal
 
 from sr_control.compiler.settings import XdsTls
@@ -37,6 +38,9 @@ class SidecarSettings:
     # several endpoints); the sidecar calls a member of one host itself.
     forwarding: Forwarding = "auto"
     drain_s: float = 10.0  # on SIGTERM: how long open streams may take to finish
+    # Signs a judge's escalation sent back through the listener (extproc/judge.py). Made once,
+    # in the process that reads the flags: every worker gets the same (spawn pickles settings).
+    escalation_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.socket and self.workers > 1:

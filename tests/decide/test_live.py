@@ -402,7 +402,7 @@ def test_an_escalation_to_a_keyed_provider_carries_the_key_envoy_holds(live: Liv
 
 def test_a_client_cannot_pass_for_an_escalation(live: Live) -> None:
     body = json.dumps(chat_body("keyed-llm", EVERYDAY)).encode()
-    headers = {"content-type": "application/json", "x-vsr-escalation": "a-guess"}
+    headers = {"content-type": "application/json", "x-vsr-escalation": "a-guess.\u00e9"}
     reply = request(live.port, "POST", "/v1/chat/completions", body, headers)
     assert reply.status == 404
     assert reply.json()["error"]["code"] == "model_not_found"
