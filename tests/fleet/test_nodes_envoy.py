@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from envoy.config.core.v3 import base_pb2
 
-from sr_control.compiler import Address, Settings, bootstrap, compile
+from sr_control.compiler import Address, Resources, Settings, bootstrap, compile, names
+from sr_control.compiler.eds import endpoint_resource
 from sr_control.compiler.output import to_yaml
-from sr_control.compiler.protos import CLUSTER, LISTENER, ROUTE, TYPE_NAMES, to_dict
+from sr_control.compiler.protos import CLUSTER, ENDPOINT, LISTENER, ROUTE, TYPE_NAMES, to_dict
 from sr_control.config.load import load_text
 from sr_control.extproc.subscription import Subscription
 from sr_control.extproc.versions import VersionStore
@@ -63,6 +64,23 @@ def snapshot(
     return Snapshot.of(compile(load_text(config_text(listeners, apis)), settings), generation)
 
 
+def eds_snapshot(listeners: dict[str, int], settings: Settings, generation: int, pod_port: int) -> Snapshot:
+    """Listeners answering the System One API from a Service-backed deployment (an EDS cluster),
+    whose one pod is ``pod_port`` on loopback."""
+    rows = "\n".join(
+        f"  - {{name: {name}, address: 127.0.0.1, port: {port}, apis: {{systemone: {{models: [d3]}}}}}}"
+        for name, port in listeners.items()
+    )
+    text = f"""version: 2
+deployments:
+  pods: {{provider: systemone, service: {{name: rt, namespace: ml, port: 8100}}, model: d3, schema: vllm-sr/5.0}}
+listeners:
+{rows}
+"""
+    pods = endpoint_resource(names.deployment_cluster("pods"), [("127.0.0.1", pod_port)], "rt.ml.svc")
+    return Snapshot.of(compile(load_text(text), settings), generation, Resources({ENDPOINT: [pods]}))
+
+
 @pytest.fixture
 def plane() -> Iterator[tuple[SnapshotCache, Seen, int]]:
     cache, seen = SnapshotCache(), Seen()
@@ -74,15 +92,20 @@ def plane() -> Iterator[tuple[SnapshotCache, Seen, int]]:
 
 @pytest.mark.envoy
 @pytest.mark.slow
+@pytest.mark.parametrize("clusters", ["static", "eds"])
 def test_the_simulated_envoy_asks_and_acks_as_a_real_envoy_does(
-    plane: tuple[SnapshotCache, Seen, int], tmp_path: Path
+    plane: tuple[SnapshotCache, Seen, int], tmp_path: Path, clusters: str
 ) -> None:
+    """``eds``: a Service-backed deployment, whose cluster's endpoints Envoy asks for over EDS."""
     cache, seen, port = plane
     admin = free_port()
     settings = Settings(xds=Address("127.0.0.1", port), admin=Address("127.0.0.1", admin), ads="sotw")
     ports = {"a": free_port(), "b": free_port()}
-    first = snapshot({"a": ports["a"]}, settings, 1)
-    edited = snapshot(ports, settings, 2)
+    if clusters == "eds":
+        pod = free_port()  # nothing listens: its health check fails at once
+        first, edited = eds_snapshot({"a": ports["a"]}, settings, 1, pod), eds_snapshot(ports, settings, 2, pod)
+    else:
+        first, edited = snapshot({"a": ports["a"]}, settings, 1), snapshot(ports, settings, 2)
     cache.set_snapshot(ALL_NODES, first)
 
     def in_step(node: str, snap: Snapshot) -> bool:
@@ -111,7 +134,17 @@ def test_the_simulated_envoy_asks_and_acks_as_a_real_envoy_does(
         envoy.stop()
     real, simulated = seen.events[settings.node_id], seen.events["sim-envoy-0"]
     assert simulated == real
-    assert [e[1] for e in real if e[0] == "ack"] == ["clusters", "listeners", "routes", "listeners", "routes"]
+    # Envoy asks for an EDS cluster's endpoints before it ACKs the clusters, and for listeners once
+    # those endpoints are in.
+    endpoints = ["endpoints"] if clusters == "eds" else []
+    assert [e[1] for e in real if e[0] == "ack"] == [
+        "clusters",
+        *endpoints,
+        "listeners",
+        "routes",
+        "listeners",
+        "routes",
+    ]
 
 
 def test_the_simulated_sidecar_asks_and_acks_as_the_sidecar_does(plane: tuple[SnapshotCache, Seen, int]) -> None:
