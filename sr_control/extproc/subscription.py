@@ -9,8 +9,8 @@ or to every listener (``*``).
 
 Several control planes (replicas on one config, serving the same versions) are tried in turn:
 a stream that breaks or cannot open moves to the next one, after the back-off Envoy's
-bootstrap sets too (``XDS_BACKOFF``: jittered, capped at 1 s), so losing one control plane
-moves the sidecar to another within about a second. With ``tls`` the sidecar presents its
+bootstrap sets too (``XDS_BACKOFF``: jittered, capped at 0.5 s), so losing one control plane
+moves the sidecar to another within about half a second. With ``tls`` the sidecar presents its
 certificate and checks the control plane's; the files are read again at each connection, so
 a renewed certificate is used from the next one on.
 """

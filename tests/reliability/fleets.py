@@ -21,7 +21,7 @@ class FleetThread:
     def __init__(self, address: str, *, envoys: int, sidecars: int, **options: Any) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fleet", daemon=True)
-        # Reconnecting no later than Envoy and the sidecar do (XDS_BACKOFF, at most 1 s): a
+        # Reconnecting no later than Envoy and the sidecar do (XDS_BACKOFF, at most 0.5 s): a
         # simulated node waits up to 1.5x its cap (wait * (0.5 + random)), hence the cap / 1.5.
         backoff = (XDS_BACKOFF[0], XDS_BACKOFF[1] / 1.5)
         self.fleet = Fleet(address, envoys=envoys, sidecars=sidecars, backoff=backoff, **options)

@@ -24,7 +24,7 @@ from tests.reliability.parts import ASK, PlaneProc, Traffic, config_text, expect
 pytestmark = [pytest.mark.envoy, pytest.mark.timeout(180)]
 
 # The bound, from the kill until both nodes ACKed on the survivor. Measured well under
-# it (a refused connect ejects the dead host at once, the back-off is at most 1 s); the room is
+# it (a refused connect ejects the dead host at once, the back-off is at most 0.5 s); the room is
 # for a shared 2-core machine.
 MOVE_BOUND_S = 2.0
 

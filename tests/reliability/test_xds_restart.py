@@ -6,7 +6,7 @@ new pool on the listener the traffic uses, and a new listener. No request fails.
 
 Ten restarts in a row, with 50 simulated nodes beside the real Envoy and sidecar: every node is
 back in step within 2 s of the new process serving (the bootstrap's ADS back-off and the
-sidecar's are capped at 1 s), and a node whose config did not change while the control plane
+sidecar's are capped at 0.5 s), and a node whose config did not change while the control plane
 was down is sent nothing on reconnecting (versions are content-derived: the same config is the
 same version in a new process).
 """
@@ -43,7 +43,7 @@ def test_envoy_serves_through_a_control_plane_restart_and_resyncs_to_the_edit_ma
 
 
 # The issue's bound: every node in step within 2 s of the restarted control plane serving.
-# It holds with room on an idle machine (the back-off cap is 1 s; resyncing 52 nodes takes
+# It holds with room on an idle machine (the back-off cap is 0.5 s; resyncing 52 nodes takes
 # tens of ms); the room is for a shared 2-core machine running other tests beside this one.
 RESYNC_BOUND_S = 2.0
 RESTARTS = 10

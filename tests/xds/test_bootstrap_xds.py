@@ -33,11 +33,14 @@ def hosts(cluster: dict[str, Any]) -> list[str]:
     ]
 
 
-def test_envoy_reopens_a_lost_ads_stream_within_a_second(tmp_path: Path) -> None:
+def test_envoy_reopens_a_lost_ads_stream_within_half_a_second(tmp_path: Path) -> None:
     code, output, boot = compile_bootstrap(tmp_path)
     assert code == 0, output
     (service,) = boot["dynamic_resources"]["ads_config"]["grpc_services"]
-    assert service["envoy_grpc"]["retry_policy"]["retry_back_off"] == {"base_interval": "0.100s", "max_interval": "1s"}
+    assert service["envoy_grpc"]["retry_policy"]["retry_back_off"] == {
+        "base_interval": "0.100s",
+        "max_interval": "0.500s",
+    }
 
 
 def test_one_control_plane_is_one_host_without_health_checks(tmp_path: Path) -> None:

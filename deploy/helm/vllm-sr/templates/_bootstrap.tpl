@@ -25,7 +25,7 @@ dynamic_resources:
     transport_api_version: V3
     set_node_on_first_message_only: true
     grpc_services:
-      - envoy_grpc: {cluster_name: vsr/xds, retry_policy: {retry_back_off: {base_interval: 0.1s, max_interval: 1s}}}
+      - envoy_grpc: {cluster_name: vsr/xds, retry_policy: {retry_back_off: {base_interval: 0.1s, max_interval: 0.5s}}}
   lds_config: {ads: {}, resource_api_version: V3}
   cds_config: {ads: {}, resource_api_version: V3}
 static_resources:
