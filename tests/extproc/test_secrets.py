@@ -280,8 +280,17 @@ listeners:
         )
         assert reply.status == 200, reply.body
         assert reply.json()["answers"]["q"]["type"] == "noul"
-        lines = [json.loads(entry) for entry in envoy.log.read_text().splitlines() if entry.startswith("{")]
-        assert lines[-1]["upstream_cluster"] == "deployment/capped"  # Envoy, not the sidecar, called it
+        # Envoy writes its access-log line after the response, so it may land a moment later.
+        answered = wait_for(
+            lambda: [
+                line
+                for entry in envoy.log.read_text().splitlines()
+                if entry.startswith("{") and (line := json.loads(entry))["status"] == 200
+            ],
+            timeout=10,
+            what="Envoy's access-log line of the answer",
+        )
+        assert answered[-1]["upstream_cluster"] == "deployment/capped"  # Envoy, not the sidecar, called it
     finally:
         envoy.stop()
         sidecar.stop()
