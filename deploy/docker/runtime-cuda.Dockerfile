@@ -28,11 +28,14 @@ ARG TORCH_VERSION=2.13.0
 ARG TORCH_CUDA=cu128
 COPY constraints.txt constraints-nodeps.txt /opt/vllm-sr/
 COPY --from=wheel /wheels /wheels
+# xds-protos ships an older copy of opentelemetry/proto: opentelemetry-proto is installed again
+# after it, so the OTLP exporter (tracing) finds its own files.
 RUN grep -v '^torch==' /opt/vllm-sr/constraints.txt > /opt/vllm-sr/constraints-cuda.txt \
     && pip install --no-cache-dir --index-url "https://download.pytorch.org/whl/${TORCH_CUDA}" "torch==${TORCH_VERSION}+${TORCH_CUDA}" \
     && WHEEL=$(ls /wheels/*.whl) \
     && pip install --no-cache-dir -c /opt/vllm-sr/constraints-cuda.txt "${WHEEL}[runtime,cuda]" \
     && pip install --no-cache-dir --no-deps -r /opt/vllm-sr/constraints-nodeps.txt \
+    && pip install --no-cache-dir --no-deps --force-reinstall -c /opt/vllm-sr/constraints-cuda.txt "opentelemetry-proto==1.45.2" \
     && rm -rf /wheels \
     && useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin vllm-sr
 USER 10001:10001

@@ -9,7 +9,7 @@ import typer
 
 from sr_control import drain as draining
 
-app = typer.Typer(help="Drain an Envoy through its admin API (the chart's preStop hooks).", no_args_is_help=True)
+app = typer.Typer(help="Drain an Envoy before it stops (the chart's preStop hooks).", no_args_is_help=True)
 
 Admin = Annotated[str, typer.Option(help="Envoy's admin: HOST:PORT or unix:PATH.", metavar="HOST:PORT")]
 

@@ -129,6 +129,7 @@ def test_schema_exports_the_config_json_schema(cli, tmp_path: Path) -> None:  # 
         "signals",
         "virtual_models",
         "judges",
+        "tracing",
     }
     deployment = schema["$defs"]["Deployment"]["properties"]
     assert deployment["schema"]["default"] == "systemone/0.2" and deployment["max_concurrency"]["default"] == 8
