@@ -31,11 +31,12 @@ def test_the_runtime_serves_writing_only_to_its_emptydirs(
     rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     as_nobody = [SETPRIV, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    # A checkout under a private folder (mktemp -d is 0700) is not nobody's to read.
-    probe = subprocess.run([*as_nobody, str(BIN / "python"), "-c", ""], capture_output=True, cwd="/")
-    if probe.returncode != 0:
-        pytest.skip(f"nobody cannot run {BIN / 'python'} (a folder above it is private to its owner)")
     runtime = container(find(rendered["default"], "Deployment", "runtime"), "runtime")
+    command = str(BIN / runtime["command"][0])
+    # A checkout under a private folder (mktemp -d is 0700) is not nobody's to read.
+    probe = subprocess.run([*as_nobody, command, "--help"], capture_output=True, cwd="/")
+    if probe.returncode != 0:
+        pytest.skip(f"nobody cannot run {command} (a folder above it is private to its owner)")
     # The /cache emptyDir, where nobody can reach it (pytest's tmp_path is root's alone).
     cache = Path(tempfile.mkdtemp(prefix="vsr-cache-"))
     os.chown(cache, NOBODY, NOBODY)
@@ -50,7 +51,7 @@ def test_the_runtime_serves_writing_only_to_its_emptydirs(
     port = free_port()
     args = runtime["args"]
     args = [*args[: args.index("--port") + 1], str(port), *args[args.index("--port") + 2 :]]
-    argv = [*as_nobody, str(BIN / runtime["command"][0]), *args]
+    argv = [*as_nobody, command, *args]
     log = (tmp_path / "runtime.log").open("wb")
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd="/")
     try:
