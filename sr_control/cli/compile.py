@@ -44,6 +44,22 @@ def addresses(text: str) -> tuple[Address, ...]:
         raise typer.BadParameter(str(exc)) from None
 
 
+# The key and CA of a node's certificate to the control plane (Envoy's bootstrap, the sidecar);
+# --xds-cert's help says whose certificate it is.
+XdsKeyOption = Annotated[
+    str, typer.Option("--xds-key", metavar="PATH", help="ADS over mTLS: its private key.", show_default=False)
+]
+XdsCaOption = Annotated[
+    str,
+    typer.Option(
+        "--xds-ca",
+        metavar="PATH",
+        help="ADS over mTLS: the CA the control plane's certificate must chain to.",
+        show_default=False,
+    ),
+]
+
+
 def xds_tls(cert: str, key: str, ca: str) -> XdsTls | None:
     """The certificate a node presents to the control plane: all three files, or none (plaintext)."""
     given = {"--xds-cert": cert, "--xds-key": key, "--xds-ca": ca}
@@ -82,18 +98,8 @@ def compile_command(
             show_default=False,
         ),
     ] = "",
-    xds_key: Annotated[
-        str, typer.Option("--xds-key", metavar="PATH", help="ADS over mTLS: its private key.", show_default=False)
-    ] = "",
-    xds_ca: Annotated[
-        str,
-        typer.Option(
-            "--xds-ca",
-            metavar="PATH",
-            help="ADS over mTLS: the CA the control plane's certificate must chain to.",
-            show_default=False,
-        ),
-    ] = "",
+    xds_key: XdsKeyOption = "",
+    xds_ca: XdsCaOption = "",
     sidecar: Annotated[
         Address,
         typer.Option(

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sr_control.cli.compile import addresses, xds_tls
+from sr_control.cli.compile import XdsCaOption, XdsKeyOption, addresses, xds_tls
 from sr_control.cli.errors import EXIT_UNREADABLE, fail
 from sr_control.extproc.server import serve as serve_sidecar
 from sr_control.extproc.settings import SidecarSettings
@@ -51,18 +51,8 @@ def serve(
             show_default=False,
         ),
     ] = "",
-    xds_key: Annotated[
-        str, typer.Option("--xds-key", metavar="PATH", help="ADS over mTLS: its private key.", show_default=False)
-    ] = "",
-    xds_ca: Annotated[
-        str,
-        typer.Option(
-            "--xds-ca",
-            metavar="PATH",
-            help="ADS over mTLS: the CA the control plane's certificate must chain to.",
-            show_default=False,
-        ),
-    ] = "",
+    xds_key: XdsKeyOption = "",
+    xds_ca: XdsCaOption = "",
     host: Annotated[
         str, typer.Option(help="Address to listen on (the sidecar runs beside Envoy: loopback by default).")
     ] = "127.0.0.1",

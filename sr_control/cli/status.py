@@ -10,12 +10,9 @@ import typer
 
 from sr_control.cli.config import Format, FormatOption
 from sr_control.cli.errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, fail
+from sr_control.cli.plan import XdsOption
 from sr_control.operate.live import SIDECAR_STATUS, XDS_STATUS, Unreachable
 from sr_control.operate.status import gather, render
-
-XdsOption = Annotated[
-    str, typer.Option("--xds", metavar="HOST:PORT", help="The control plane's status port (vllm-sr xds serve).")
-]
 
 
 def status(

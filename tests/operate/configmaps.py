@@ -19,6 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.pools.apiserver import write_kubeconfig
+
 PREFIX = "/api/v1/namespaces/"
 
 
@@ -138,22 +140,7 @@ class FakeConfigMaps:
             return dict(self.objects[(namespace, name)]["data"])
 
     def kubeconfig(self, directory: Path, namespace: str) -> Path:
-        path = directory / "kubeconfig"
-        path.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "test",
-                    "clusters": [{"name": "test", "cluster": {"server": self.url}}],
-                    "users": [{"name": "test", "user": {"token": "not-checked"}}],
-                    "contexts": [
-                        {"name": "test", "context": {"cluster": "test", "user": "test", "namespace": namespace}}
-                    ],
-                }
-            )
-        )
-        return path
+        return write_kubeconfig(directory, self.url, namespace)
 
     def stop(self) -> None:
         self.server.shutdown()

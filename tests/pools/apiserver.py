@@ -178,22 +178,7 @@ class FakeApiServer:
         return sum(1 for r in self.requests if r.startswith("list"))
 
     def kubeconfig(self, directory: Path, namespace: str = "default") -> Path:
-        path = directory / "kubeconfig"
-        path.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "test",
-                    "clusters": [{"name": "test", "cluster": {"server": self.url}}],
-                    "users": [{"name": "test", "user": {"token": "not-checked"}}],
-                    "contexts": [
-                        {"name": "test", "context": {"cluster": "test", "user": "test", "namespace": namespace}}
-                    ],
-                }
-            )
-        )
-        return path
+        return write_kubeconfig(directory, self.url, namespace)
 
     def stop(self) -> None:
         with self._cond:
@@ -280,3 +265,21 @@ def _matches(obj: dict[str, Any], selector: str) -> bool:
 
 
 __all__ = ["FakeApiServer", "endpoint_slice"]
+
+
+def write_kubeconfig(directory: Path, server: str, namespace: str) -> Path:
+    """A kubeconfig whose one context points the kubernetes client at ``server`` (token unchecked)."""
+    path = directory / "kubeconfig"
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "test",
+                "clusters": [{"name": "test", "cluster": {"server": server}}],
+                "users": [{"name": "test", "user": {"token": "not-checked"}}],
+                "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test", "namespace": namespace}}],
+            }
+        )
+    )
+    return path
