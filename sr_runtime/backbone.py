@@ -26,11 +26,15 @@ from transformers.utils import logging as hf_logging
 from sr_runtime.errors import CheckpointError
 from sr_runtime.kernels import attention_kernels
 from sr_runtime.mask import AttentionMode, padded_prompt_mask, prompt_mask, question_mask
+from sr_runtime.one_pass import OnePass, install
 from sr_runtime.prompt import MediaSpan
 from sr_runtime.shared_prefix import ATTENTION, LastTokenTail, SharedPrefix, StatePass, blocks, masked
 
 BACKBONES = ("llama", "qwen3_5_text")
 LAYER_KINDS = ("full_attention", "linear_attention")
+# A mask transformers takes as made (4-D) and never reads: a llama pass whose attention reads
+# `StatePass` or `OnePass` instead, so that no [T, T] mask is built for it.
+_NO_MASK = torch.zeros(1, 1, 1, 1, dtype=torch.bool)
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -77,6 +81,7 @@ class Backbone:
         # Question rows read their state's keys and values in place (sr_runtime/shared_prefix.py);
         # every other pass is plain SDPA.
         model.set_attn_implementation(ATTENTION)
+        install(model)  # linear-attention layers read a state and its rows in one pass too
         self.model = model
         self.device = device
         self.config = model.config
@@ -333,6 +338,58 @@ class Backbone:
         if self.tail is not None:
             return out[:, 0]  # [B, 1, hidden]: the last token of each row alone
         return out[torch.arange(len(questions), device=self.device), last]
+
+    @torch.inference_mode()
+    def state_and_questions(
+        self,
+        state: Sequence[int],
+        questions: Sequence[Sequence[int]],
+        mode: AttentionMode,
+        budget: int,
+        media: Sequence[MediaSpan] = (),
+        question_media: Sequence[Sequence[MediaSpan]] = (),
+    ) -> tuple[StateSnapshot, torch.Tensor]:
+        """`prefill` and then `question_rows` of its rows, in one pass (sr_runtime/one_pass.py):
+        the state's snapshot, as `prefill` keeps it, and [B, hidden] as `question_rows` reads them."""
+        s, qw = len(state), max(len(q) for q in questions)
+        lens = [len(q) for q in questions]
+        one = OnePass(
+            state=s,
+            rows=len(questions),
+            width=qw,
+            bidirectional=mode == "prefix_bidir",
+            prefix=SharedPrefix(
+                kv={},
+                blocks=blocks([0] * len(questions), [s], qw, budget),
+                mask=question_mask(mode, lens, qw).to(self.device),
+            ),
+        )
+        ids = [*state, *(t for q in questions for t in [*q, *[0] * (qw - len(q))])]
+        spans = [
+            *media,
+            *(MediaSpan(m.start + s + b * qw, m.embeds, m.digest) for b, q in enumerate(question_media) for m in q),
+        ]
+        positions = torch.cat([torch.arange(s), (s + torch.arange(qw)).repeat(len(questions))])
+        with attention_kernels(self.device):
+            out = self.model.base_model(
+                **self._inputs([ids], len(ids), [spans]),
+                # Nothing for transformers to build: attention layers read `one`, linear ones no mask.
+                attention_mask=self._state_masks(mode) if self.hybrid else _NO_MASK,
+                position_ids=positions[None].to(self.device),
+                use_cache=False,
+                one_pass=one,
+            ).last_hidden_state[0]
+        layers: list[LayerState] = []
+        for i, kind in enumerate(self.kinds):
+            # Copies: a cached state must not hold the rest of the pass (its views would).
+            if kind == "linear_attention":
+                conv, recurrent = one.recurrent[i]
+                layers.append(RecurrentState(conv.clone(), recurrent))
+            else:
+                keys, values = one.kv[i]
+                layers.append(AttentionState(keys.clone(), values.clone()))
+        ends = s + qw * torch.arange(len(questions), device=self.device) + torch.tensor(lens, device=self.device) - 1
+        return StateSnapshot(s, tuple(layers), out[:s].clone()), out[ends]
 
     @torch.inference_mode()
     def prompt_hidden(

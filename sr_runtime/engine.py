@@ -450,6 +450,33 @@ class Engine:
             self.state_cache.put(key, states[key])
         return states
 
+    def _one_pass(self, rows: Sequence[_Row]) -> tuple[torch.Tensor, dict[str, StateSnapshot]] | None:
+        """Rows of one state that is not cached, and that fit one pass with it: the state and the
+        rows in one pass (Backbone.state_and_questions), which spares a small request a whole
+        pass's fixed cost. None where the usual passes apply."""
+        key = rows[0].key
+        widest = max(len(r.prompt.question) for r in rows)
+        state = rows[0].prompt
+        if (
+            any(r.key != key for r in rows)
+            or len(state.state) + len(rows) * widest > self.token_budget
+            or key in self.state_cache
+        ):
+            return None
+        if self._stop():
+            raise Stopped("every request of this engine call was abandoned")
+        self.state_cache.stats.misses += 1  # as `get` counts the miss in the usual passes
+        snapshot, hidden = self.backbone.state_and_questions(
+            state.state,
+            [r.prompt.question for r in rows],
+            self.config.attention_mode,
+            self.token_budget,
+            state.media,
+            [r.prompt.question_media for r in rows],
+        )
+        self.state_cache.put(key, snapshot)
+        return hidden, {key: snapshot}
+
     def _state_hidden(self, row: _Row, states: dict[str, StateSnapshot]) -> torch.Tensor:
         """[S, hidden]: the last layer on the row's state, as its prompt's forward saw it."""
         if row.key in states:
@@ -488,6 +515,9 @@ class Engine:
                     for p in self._each_pass(passes)
                 ]
             ), {}
+        one = self._one_pass(rows)
+        if one is not None:
+            return one
         states = self._states(rows)
         # Rows of one state sit together, so a pass pads little; answers do not depend on packing.
         order = sorted(range(len(rows)), key=lambda i: (len(rows[i].prompt.state), rows[i].key))

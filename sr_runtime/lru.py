@@ -31,6 +31,10 @@ class WeightedLru(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __contains__(self, key: K) -> bool:
+        """Whether `key` is kept; it is not made recent."""
+        return key in self._entries
+
     @property
     def total(self) -> int:
         return int(self._entries.currsize)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import AttentionInterface
@@ -32,8 +32,21 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from sr_runtime.kernels import aligned_bias, attend, plain_attend, state_attention
 
+if TYPE_CHECKING:
+    from sr_runtime.one_pass import OnePass
+
 ATTENTION = "sr_shared_prefix"
-__all__ = ["ATTENTION", "MASKED", "LastTokenTail", "SharedPrefix", "StatePass", "attend", "blocks", "plain_attend"]
+__all__ = [
+    "ATTENTION",
+    "MASKED",
+    "LastTokenTail",
+    "SharedPrefix",
+    "StatePass",
+    "attend",
+    "attend_rows",
+    "blocks",
+    "plain_attend",
+]
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -117,11 +130,16 @@ def shared_prefix_attention(
     shared_prefix: SharedPrefix | None = None,
     scaling: float | None = None,
     state_pass: StatePass | None = None,
+    one_pass: OnePass | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """Attention over each row's state and its own question when the pass reads a shared prefix,
-    a state block's attention without a dense mask (`state_pass`), else SDPA under the pass's
-    mask (a whole prompt); returns [B, Qw, H, d] as transformers' SDPA does."""
+    a state block's attention without a dense mask (`state_pass`), a state and its rows packed
+    in one pass (`one_pass`), else SDPA under the pass's mask (a whole prompt); returns
+    [B, Qw, H, d] as transformers' SDPA does."""
+    if one_pass is not None:
+        scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+        return one_pass.attend(query, key, value, module.layer_idx, scale), None  # type: ignore[arg-type]
     if state_pass is not None:  # whatever mask transformers made is not read
         scale = query.shape[-1] ** -0.5 if scaling is None else scaling
         return state_attention(query, key, value, state_pass.keys, not state_pass.bidirectional, scale), None
@@ -134,19 +152,19 @@ def shared_prefix_attention(
     group = query.shape[1] // key.shape[1]
     if layer != shared_prefix.read_layer or shared_prefix.last is None:
         scores = shared_prefix.question_scores(query.shape[2], group, query.dtype)
-        return _attend_rows(query, key, value, scores, kv, shared_prefix.blocks, scale), None
+        return attend_rows(query, key, value, scores, kv, shared_prefix.blocks, scale), None
     # The last layer: what it computes for any other token is never read, so only each row's
     # last token attends. `LastTokenTail` then takes each row's last token for the rest of the
     # layer, so every token of a row may hold that token's output.
     rows = torch.arange(query.shape[0], device=query.device)
     scores = shared_prefix.question_scores(1, group, query.dtype)
-    read = _attend_rows(
+    read = attend_rows(
         query[rows, :, shared_prefix.last].unsqueeze(2), key, value, scores, kv, shared_prefix.blocks, scale
     )
     return read.expand(-1, query.shape[2], -1, -1), None
 
 
-def _attend_rows(
+def attend_rows(
     query: torch.Tensor,  # [B, H, L, d]: L query tokens of each row
     key: torch.Tensor,  # [B, kv_heads, Qw, d]: the rows' own question tokens
     value: torch.Tensor,

@@ -47,6 +47,10 @@ class StateCache:
     def __len__(self) -> int:
         return len(self._lru)
 
+    def __contains__(self, key: str) -> bool:
+        """Whether a state is kept, counted as neither a hit nor a miss (`get` counts)."""
+        return key in self._lru
+
     @property
     def nbytes(self) -> int:
         return self._lru.total

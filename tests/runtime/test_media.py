@@ -72,7 +72,11 @@ def test_the_state_with_its_media_is_computed_once_for_all_questions(fresh_engin
     first = respond(engine, doc)
     assert (engine.state_cache.stats.misses, len(engine.state_cache)) == (1, 1)  # one state for four questions
     again = respond(engine, doc)
-    assert engine.state_cache.stats.hits == 1 and again["answers"] == first["answers"]
+    assert engine.state_cache.stats.hits == 1
+    # The first call read the state in the pass that computed it (sr_runtime/one_pass.py), the
+    # second from the cache: the same answers, to float rounding.
+    assert [a.get("choice") for a in again["answers"].values()] == [a.get("choice") for a in first["answers"].values()]
+    assert max(abs(a - b) for a, b in zip(probabilities(again), probabilities(first))) <= 1e-5
     # Same text, another image: the placeholder's token ids are equal, the asset's digest is not.
     other = {**doc, "assets": {**doc["assets"], "⟦img-1⟧": asset(image(9))}}
     respond(engine, other)
