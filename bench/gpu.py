@@ -562,6 +562,71 @@ def profile(engine: Engine, make: Callable[[], DecisionRequest]) -> dict[str, An
     return out
 
 
+def passes(engine: Engine, make: Callable[[], DecisionRequest]) -> dict[str, Any]:
+    """A cold request's two ways through the backbone, on its own tokens: the state pass then the
+    question pass (what a request took before sr_runtime/one_pass.py, and what a request too big
+    for one pass still takes) against both in one pass (what the engine does where they fit)."""
+    request = make()
+    backbone, mode, budget = engine.backbone, engine.config.attention_mode, engine.token_budget
+    prompts = encode_prompts(
+        engine.checkpoint.tokenizer,
+        "".join(engine.layout.state_parts(request.state)),
+        [engine.layout.question_block(q, engine.config.codes) for q in request.questions],
+    )
+    state, rows = prompts[0].state, [p.question for p in prompts]
+
+    def two() -> None:
+        backbone.question_rows([backbone.prefill(state, mode)] * len(rows), rows, mode, budget)
+
+    device = backbone.device
+    split = timed(device, two, ARGS.sizes.repeats)
+    one = timed(device, partial(backbone.state_and_questions, state, rows, mode, budget), ARGS.sizes.repeats)
+    out = {
+        "state_tokens": len(state),
+        "question_tokens": sum(len(r) for r in rows),
+        "two_passes_ms": round(split.ms, 1),
+        "one_pass_ms": round(one.ms, 1),
+    }
+    print(f"  {len(rows)} questions on {len(state)} tokens: two passes {split.ms:.1f} ms, one pass {one.ms:.1f} ms")
+    return out
+
+
+def attention_kernels(engine: Engine, tokens: int) -> dict[str, Any]:
+    """A state block's attention at this shape's heads over `tokens` tokens, per SDPA backend:
+    non-causal (a prefix_bidir state) on each kernel that takes it, against causal flash (what a
+    plain forward pays). Which kernel the next change should pick; an error is recorded as such."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    config = engine.backbone.config
+    heads, kv_heads, d = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    device, dtype = engine.backbone.device, engine.dtype
+    q = torch.randn(1, heads, tokens, d, device=device, dtype=dtype)
+    k, v = (torch.randn(1, kv_heads, tokens, d, device=device, dtype=dtype) for _ in range(2))
+    wide_k, wide_v = k.repeat_interleave(heads // kv_heads, 1), v.repeat_interleave(heads // kv_heads, 1)
+    out: dict[str, Any] = {"tokens": tokens, "heads": heads, "kv_heads": kv_heads, "head_dim": d}
+    cases = [
+        ("flash causal", SDPBackend.FLASH_ATTENTION, True, False),
+        ("flash", SDPBackend.FLASH_ATTENTION, False, False),
+        ("flash, enable_gqa", SDPBackend.FLASH_ATTENTION, False, True),
+        ("cudnn", SDPBackend.CUDNN_ATTENTION, False, False),
+        ("efficient", SDPBackend.EFFICIENT_ATTENTION, False, False),
+    ]
+    for label, backend, causal, gqa in cases:
+
+        def call(backend: SDPBackend = backend, causal: bool = causal, gqa: bool = gqa) -> None:
+            with sdpa_kernel([backend]):
+                keys, values = (k, v) if gqa else (wide_k, wide_v)
+                torch.nn.functional.scaled_dot_product_attention(q, keys, values, is_causal=causal, enable_gqa=gqa)
+
+        try:
+            out[f"{label} ms"] = round(timed(device, call, ARGS.sizes.repeats).ms, 2)
+        except Exception as exc:  # a backend this build or this head dim does not take
+            out[f"{label} ms"] = f"{type(exc).__name__}: {exc}"[:200]
+        print(f"  {label}: {out[f'{label} ms']}")
+    return out
+
+
+# -- the run --------------------------------------------------------------------------------------
 # -- the run --------------------------------------------------------------------------------------
 
 
@@ -793,6 +858,11 @@ def main() -> None:
             long_row = next((r for r in rows if r[0].startswith("24K")), None)
             if long_row is not None:
                 run.section("27b.profile_24K", partial(profile, big, long_row[1]), cap=40)
+                run.section("27b.attention_kernels_24K", partial(attention_kernels, big, sizes.long["24K"]), cap=40)
+            sixteen = next((r for r in rows if r[0] == "16 text questions"), None)
+            if sixteen is not None:  # a small request: fixed cost, the one pass's gain and its kernels
+                run.section("27b.passes_16", partial(passes, big, sixteen[1]), cap=30)
+                run.section("27b.profile_16", partial(profile, big, sixteen[1]), cap=30)
             big_measured: dict[str, Any] = {}
             run.section(
                 "27b.throughput", lambda: throughput(big, big_measured, sizes.big_counts), cap=90, keep=big_measured
@@ -909,6 +979,25 @@ def table(report: dict[str, Any]) -> None:
         lines.append(
             (
                 "27b 24K x 4q profiled",
+                f"wall {prof['wall_ms']} ms, device busy {prof['device_busy_ms']} ms, "
+                f"{prof['kernels_launched']} kernels",
+                "",
+                "",
+                "",
+            )
+        )
+    att = get("27b.attention_kernels_24K")
+    if att:
+        times = ", ".join(f"{k.removesuffix(' ms')} {v}" for k, v in att.items() if k.endswith(" ms"))
+        lines.append(("27b state attention 24K, ms", times[:110], "", "", ""))
+    two = get("27b.passes_16")
+    if two:
+        lines.append(("27b 16q: two passes / one", f"{two['two_passes_ms']} / {two['one_pass_ms']} ms", "", "", ""))
+    prof = get("27b.profile_16")
+    if prof:
+        lines.append(
+            (
+                "27b 16q profiled",
                 f"wall {prof['wall_ms']} ms, device busy {prof['device_busy_ms']} ms, "
                 f"{prof['kernels_launched']} kernels",
                 "",
