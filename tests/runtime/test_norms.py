@@ -202,3 +202,16 @@ def test_llama_norms_dispatch_no_more_ops_on_cpu(checkpoints: dict[str, Path], d
     before = count_ops(model, ids)
     norms.install(model)
     assert count_ops(model, ids) == before
+
+
+def test_a_deep_copy_of_an_installed_norm_computes_with_the_copys_weight() -> None:
+    """The forwards are methods bound to their module: a deep copy rebinds them to the copy, and
+    a weight changed after install is read (all but Qwen3.5's 1 + weight, fixed at install)."""
+    module = LlamaRMSNorm(8)
+    norms.install(module)
+    twin = copy.deepcopy(module)
+    with torch.no_grad():
+        twin.weight.mul_(2.0)
+        x = torch.randn(3, 8)
+        assert torch.equal(twin(x), 2.0 * module(x))
+    assert norms.remove(twin) == 1 and "forward" not in vars(twin) and norms.remove(module) == 1
