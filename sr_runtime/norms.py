@@ -7,8 +7,11 @@ add, rsqrt, mul, the weight, the downcast). `rms_norm` is one fused kernel on CU
 decomposes into the original's own ops in the original's order, so there only Qwen3.5's
 `1 + weight` (a cast and an add, now made once) is saved, and every replacement is bitwise
 equal to transformers' forward in float32, bfloat16 and float16 (tests/runtime/test_norms.py).
-On CUDA the fused kernel sums in its own order: equal within float32 rounding before the cast,
-not yet measured there. What each replacement keeps:
+On CUDA the fused kernel sums in its own order, so the float32 value before each cast can
+differ in its last bit; not measured there yet (a CPU emulation: 1 unit of the output dtype for
+Qwen3.5's norm, up to 2-3 for the Llama and gated norms, whose second rounding after the weight
+can double a unit; `pytest -m cuda tests/runtime/test_norms.py` checks those bounds on a GPU).
+What each replacement keeps:
 
 * `Qwen3_5RMSNorm` (decoder norms, q/k norms, the final norm): the norm and the weight in float32,
   one rounding to the input dtype, as transformers does; `1 + weight` in float32 is computed once
