@@ -23,6 +23,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, PreTrai
 from transformers.cache_utils import CacheLayerMixin, LinearAttentionCacheLayerMixin
 from transformers.utils import logging as hf_logging
 
+from sr_runtime import norms, projections
 from sr_runtime.errors import CheckpointError
 from sr_runtime.kernels import attention_kernels
 from sr_runtime.mask import AttentionMode, padded_prompt_mask, prompt_mask, question_mask
@@ -82,6 +83,8 @@ class Backbone:
         # every other pass is plain SDPA.
         model.set_attn_implementation(ATTENTION)
         install(model)  # linear-attention layers read a state and its rows in one pass too
+        projections.install(model)  # each MLP's gate and up projections one GEMM
+        norms.install(model)  # RMS norms as torch's rms_norm: one kernel each on CUDA
         self.model = model
         self.device = device
         self.config = model.config

@@ -34,6 +34,7 @@ import torch
 import transformers.models.qwen3_5.modeling_qwen3_5 as qwen3_5
 
 from sr_runtime.kernels import state_attention
+from sr_runtime.projections import fuse
 from sr_runtime.shared_prefix import SharedPrefix, attend_rows
 
 
@@ -93,11 +94,18 @@ def linear_attention(
         return original(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
     s, b, w = one.state, one.rows, one.width
     x = hidden_states[0]  # [T, hidden]
-    pre = mixer.in_proj_qkv(x)  # [T, C]: q, k and v before their causal conv
-    z = mixer.in_proj_z(x)
-    beta = mixer.in_proj_b(x).sigmoid()
+    # pre [T, C]: q, k and v before their causal conv; z the output gate; beta's input and the
+    # decay's. One GEMM where install could fuse them (sr_runtime/projections.py).
+    projections = (mixer.in_proj_qkv, mixer.in_proj_z, mixer.in_proj_b, mixer.in_proj_a)
+    fused: torch.Tensor | None = getattr(mixer, "in_proj", None)
+    if fused is None:
+        pre, z, beta_in, decay_in = (p(x) for p in projections)
+    else:
+        widths = [p.out_features for p in projections]
+        pre, z, beta_in, decay_in = torch.nn.functional.linear(x, fused).split(widths, dim=-1)
+    beta = beta_in.sigmoid()
     # If the model is loaded in fp16, the decay is computed in float32 or A might be -inf.
-    g = -mixer.A_log.float().exp() * torch.nn.functional.softplus(mixer.in_proj_a(x).float() + mixer.dt_bias)
+    g = -mixer.A_log.float().exp() * torch.nn.functional.softplus(decay_in.float() + mixer.dt_bias)
 
     weight, kernel = mixer.conv1d.weight.squeeze(1), mixer.conv_kernel_size
     state_in = pre[:s].T[None]  # [1, C, S]
@@ -126,14 +134,16 @@ def linear_attention(
         initial_state=state.expand(b, -1, -1, -1).contiguous(),  # each row updates its own copy
     )
     out = torch.cat([o_s[0], o_q.flatten(0, 1)])  # [T, v_heads, v_dim]
-    out = mixer.norm(out.flatten(0, 1), z.view(-1, mixer.head_v_dim)).view(1, x.shape[0], -1)
+    out = mixer.norm(out.flatten(0, 1), z.reshape(-1, mixer.head_v_dim)).view(1, x.shape[0], -1)
     return mixer.out_proj(out)
 
 
 def install(model: Any) -> None:
     """Give every linear-attention layer of a loaded model the packed forward (other passes keep
-    transformers' own). Full-attention layers take theirs through shared_prefix_attention."""
+    transformers' own), its four input projections one matrix. Full-attention layers take theirs
+    through shared_prefix_attention."""
     for layer in model.base_model.layers:
         mixer = getattr(layer, "linear_attn", None)
         if mixer is not None:
+            mixer.in_proj = fuse([mixer.in_proj_qkv, mixer.in_proj_z, mixer.in_proj_b, mixer.in_proj_a])
             mixer.forward = partial(linear_attention, mixer, mixer.forward)
