@@ -365,15 +365,21 @@ class Backbone:
                 kv={},
                 blocks=blocks([0] * len(questions), [s], qw, budget),
                 mask=question_mask(mode, lens, qw).to(self.device),
+                read_layer=self.read_layer,
+                last=torch.tensor(lens, device=self.device) - 1,
             ),
         )
+        # Read: the state's tokens (its snapshot keeps their last hidden states) and each row's last.
+        ends = s + qw * torch.arange(len(questions), device=self.device) + torch.tensor(lens, device=self.device) - 1
+        read = torch.cat([torch.arange(s, device=self.device), ends])
         ids = [*state, *(t for q in questions for t in [*q, *[0] * (qw - len(q))])]
         spans = [
             *media,
             *(MediaSpan(m.start + s + b * qw, m.embeds, m.digest) for b, q in enumerate(question_media) for m in q),
         ]
         positions = torch.cat([torch.arange(s), (s + torch.arange(qw)).repeat(len(questions))])
-        with attention_kernels(self.device):
+        tail = self.tail.reading_tokens(read, len(ids)) if self.tail is not None else nullcontext()
+        with tail, attention_kernels(self.device):
             out = self.model.base_model(
                 **self._inputs([ids], len(ids), [spans]),
                 # Nothing for transformers to build: attention layers read `one`, linear ones no mask.
@@ -391,8 +397,8 @@ class Backbone:
             else:
                 keys, values = one.kv[i]
                 layers.append(AttentionState(keys.clone(), values.clone()))
-        ends = s + qw * torch.arange(len(questions), device=self.device) + torch.tensor(lens, device=self.device) - 1
-        return StateSnapshot(s, tuple(layers), out[:s].clone()), out[ends]
+        rows = out[s:] if self.tail is not None else out[ends]
+        return StateSnapshot(s, tuple(layers), out[:s].clone()), rows
 
     @torch.inference_mode()
     def prompt_hidden(

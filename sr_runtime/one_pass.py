@@ -73,9 +73,16 @@ class OnePass:
             return x[0, :, s:].unflatten(1, (b, w)).transpose(0, 1)
 
         group = query.shape[1] // key.shape[1]
-        scores = self.prefix.question_scores(w, group, query.dtype)
-        o_q = attend_rows(rows(query), rows(key), rows(value), scores, [(k_s, v_s)], self.prefix.blocks, scale)
-        return torch.cat([o_s[0], o_q.flatten(0, 1)]).unsqueeze(0)
+        queries, last = rows(query), self.prefix.last
+        if layer == self.prefix.read_layer and last is not None:
+            # The read layer: only each row's last token is read after it (LastTokenTail), so
+            # only it attends, as in a question pass; the row holds its output throughout.
+            queries = queries[torch.arange(b, device=query.device), :, last].unsqueeze(2)
+            scores = self.prefix.question_scores(1, group, query.dtype)
+        else:
+            scores = self.prefix.question_scores(w, group, query.dtype)
+        o_q = attend_rows(queries, rows(key), rows(value), scores, [(k_s, v_s)], self.prefix.blocks, scale)
+        return torch.cat([o_s[0], o_q.expand(-1, w, -1, -1).flatten(0, 1)]).unsqueeze(0)
 
 
 def linear_attention(

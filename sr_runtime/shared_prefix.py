@@ -203,24 +203,32 @@ def attend_rows(
 
 
 class LastTokenTail:
-    """The read layer's output projection, its MLP and the model's final norm, for each row's
-    last token alone.
+    """The read layer's output projection, its MLP and the model's final norm, for the tokens
+    the pass reads alone.
 
     After the read layer's attention only each row's last token is read (the readout's), so
-    the rest of that layer need run for that token only. Forward pre-hooks on those modules take
-    it ([B, W, h] -> [B, 1, h]); the layer's residual adds broadcast the result back over the
-    row, right at the last token and never read elsewhere, and the model returns [B, 1, hidden].
-    Set `last` ([B]: each row's last real token) for a question pass, None for every other pass.
+    the rest of that layer need run for that token only. In a question pass ([B, W, h]) forward
+    pre-hooks on those modules take it ([B, 1, h]); the layer's residual adds broadcast the
+    result back over the row, right at the last token and never read elsewhere, and the model
+    returns [B, 1, hidden]. In a packed pass ([1, T, h], sr_runtime/one_pass.py) they take the
+    `tokens` read (the state's and each row's last), and forward hooks on the output projection
+    and the MLP put their outputs back in place in a [1, T, h] tensor, so that the residual adds
+    line up; the model returns [1, tokens, hidden]. Set `last` ([B]: each row's last real token)
+    for a question pass, or `tokens` for a packed one, and neither for every other pass.
     """
 
     def __init__(self, model: Any, layer: int) -> None:
         # `Any`: the decoder stack's attributes (llama's and Qwen3.5's alike) are not typed by torch.
         self.last: torch.Tensor | None = None
+        self.tokens: torch.Tensor | None = None
+        self.width = 0  # a packed pass's T
         base = model.base_model
         decoder = base.layers[layer]
         modules: tuple[torch.nn.Module, ...] = (decoder.self_attn.o_proj, decoder.post_attention_layernorm, base.norm)
         for module in modules:
             module.register_forward_pre_hook(self._take)
+        for module in (decoder.self_attn.o_proj, decoder.mlp):
+            module.register_forward_hook(self._put)
 
     @contextmanager
     def reading(self, last: torch.Tensor) -> Iterator[None]:
@@ -231,11 +239,30 @@ class LastTokenTail:
         finally:
             self.last = None
 
+    @contextmanager
+    def reading_tokens(self, tokens: torch.Tensor, width: int) -> Iterator[None]:
+        """For one packed pass of `width` tokens: these alone after the read layer's attention."""
+        self.tokens, self.width = tokens, width
+        try:
+            yield
+        finally:
+            self.tokens = None
+
     def _take(self, module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        if self.last is None:
-            return None
         x = args[0]
-        return (x[torch.arange(x.shape[0], device=x.device), self.last].unsqueeze(1), *args[1:])
+        if self.last is not None:
+            return (x[torch.arange(x.shape[0], device=x.device), self.last].unsqueeze(1), *args[1:])
+        if self.tokens is not None:
+            return (x[:, self.tokens], *args[1:])
+        return None
+
+    def _put(self, module: torch.nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor | None:
+        if self.tokens is None:
+            return None
+        # Every other token holds its residual alone from here on, and nothing reads it.
+        full = output.new_zeros(output.shape[0], self.width, output.shape[-1])
+        full[:, self.tokens] = output
+        return full
 
 
 AttentionInterface.register(ATTENTION, shared_prefix_attention)

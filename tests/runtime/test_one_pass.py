@@ -54,7 +54,15 @@ def test_one_pass_keeps_the_state_and_reads_the_rows_as_the_two_passes_do(
     # Rows of several widths, one a single token (a recurrence's one-step case in a question pass).
     questions = [tokens.encode(q).ids for q in ("Is it urgent?", "Which team should take it, and why?", "x")]
     assert min(len(q) for q in questions) == 1
-    snapshot, hidden = backbone.state_and_questions(state, questions, mode, engine.token_budget)
+    mlp = backbone.model.base_model.layers[-1].mlp
+    seen: list[int] = []
+    hook = mlp.register_forward_pre_hook(lambda module, args: seen.append(args[0].shape[1]))
+    try:
+        snapshot, hidden = backbone.state_and_questions(state, questions, mode, engine.token_budget)
+    finally:
+        hook.remove()
+    # The last layer's MLP runs for what is read after it alone: the state, and each row's last token.
+    assert seen == [len(state) + len(questions)]
     alone = backbone.prefill(state, mode)
     rows = backbone.question_rows([alone] * len(questions), questions, mode, engine.token_budget)
     assert snapshot.length == alone.length == len(state)
