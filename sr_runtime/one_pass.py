@@ -111,8 +111,8 @@ def linear_attention(
         widths = [p.out_features for p in projections]
         pre, z, beta_in, decay_in = torch.nn.functional.linear(x, fused).split(widths, dim=-1)
     beta = beta_in.sigmoid()
-    # If the model is loaded in fp16, the decay is computed in float32 or A might be -inf.
-    g = -mixer.A_log.float().exp() * torch.nn.functional.softplus(decay_in.float() + mixer.dt_bias)
+    # The decay in float32 (in fp16 A might be -inf); -exp(A_log) is made once, at install.
+    g = mixer.decay_rate * torch.nn.functional.softplus(decay_in.float() + mixer.dt_bias)
 
     weight, kernel = mixer.conv1d.weight.squeeze(1), mixer.conv_kernel_size
     state_in = pre[:s].T[None]  # [1, C, S]
@@ -153,4 +153,5 @@ def install(model: Any) -> None:
         mixer = getattr(layer, "linear_attn", None)
         if mixer is not None:
             mixer.in_proj = fuse([mixer.in_proj_qkv, mixer.in_proj_z, mixer.in_proj_b, mixer.in_proj_a])
+            mixer.decay_rate = -mixer.A_log.detach().float().exp()  # what transformers computes every call
             mixer.forward = partial(linear_attention, mixer, mixer.forward)
