@@ -28,7 +28,7 @@ from typesafe_sdk import (
 
 from sr_runtime.cli import app
 
-from .conftest import SEED_002_STATE, VLLM_SRUN, vllm_srun_serve
+from .conftest import SEED_002_STATE, VLLM_SRUN, same_to, vllm_srun_serve
 
 DOCS = Path(__file__).parents[2] / "docs" / "runtime"
 # The one SHOULD a vllm-sr/5.0 server fails on purpose (docs/runtime/conformance.md).
@@ -134,13 +134,7 @@ def same_answers(got: Any, shown: Any) -> bool:
     """`got` is what the docs show: the same members in the same order and the same strings and
     integers, each probability within 0.005 of the one shown (to 3 places there; float32 sums
     may differ in their last bits by CPU, so no test pins a figure only some CPUs produce)."""
-    if isinstance(shown, float) or isinstance(got, float):
-        return isinstance(got, (int, float)) and abs(got - shown) <= 0.005
-    if isinstance(shown, dict):
-        return isinstance(got, dict) and list(got) == list(shown) and all(same_answers(got[k], shown[k]) for k in shown)
-    if isinstance(shown, list):
-        return isinstance(got, list) and len(got) == len(shown) and all(same_answers(g, s) for g, s in zip(got, shown))
-    return bool(got == shown)
+    return same_to(got, shown, 0.005)
 
 
 def sdk_answers(url: str, key: str) -> dict[str, Any]:
