@@ -575,19 +575,27 @@ def passes(engine: Engine, make: Callable[[], DecisionRequest]) -> dict[str, Any
     )
     state, rows = prompts[0].state, [p.question for p in prompts]
 
-    def two() -> None:
-        backbone.question_rows([backbone.prefill(state, mode)] * len(rows), rows, mode, budget)
+    def two() -> torch.Tensor:
+        return backbone.question_rows([backbone.prefill(state, mode)] * len(rows), rows, mode, budget)
 
     device = backbone.device
     split = timed(device, two, ARGS.sizes.repeats)
     one = timed(device, partial(backbone.state_and_questions, state, rows, mode, budget), ARGS.sizes.repeats)
+    # The same rows both ways, to the dtype's rounding: the one pass checked on this device.
+    apart = (one.result[1].float() - split.result.float()).abs().max().item()
+    scale = split.result.float().abs().max().item()
     out = {
         "state_tokens": len(state),
         "question_tokens": sum(len(r) for r in rows),
         "two_passes_ms": round(split.ms, 1),
         "one_pass_ms": round(one.ms, 1),
+        "max_abs_diff_of_rows": float(f"{apart:.3e}"),
+        "max_abs_row_value": float(f"{scale:.3e}"),
     }
-    print(f"  {len(rows)} questions on {len(state)} tokens: two passes {split.ms:.1f} ms, one pass {one.ms:.1f} ms")
+    print(
+        f"  {len(rows)} questions on {len(state)} tokens: two passes {split.ms:.1f} ms, one pass {one.ms:.1f} ms; "
+        f"rows apart by at most {apart:.2e} (largest value {scale:.2e})"
+    )
     return out
 
 
@@ -992,7 +1000,16 @@ def table(report: dict[str, Any]) -> None:
         lines.append(("27b state attention 24K, ms", times[:110], "", "", ""))
     two = get("27b.passes_16")
     if two:
-        lines.append(("27b 16q: two passes / one", f"{two['two_passes_ms']} / {two['one_pass_ms']} ms", "", "", ""))
+        lines.append(
+            (
+                "27b 16q: two passes / one",
+                f"{two['two_passes_ms']} / {two['one_pass_ms']} ms, rows apart <= {two['max_abs_diff_of_rows']} "
+                f"(of {two['max_abs_row_value']})",
+                "",
+                "",
+                "",
+            )
+        )
     prof = get("27b.profile_16")
     if prof:
         lines.append(
