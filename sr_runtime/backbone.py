@@ -390,10 +390,10 @@ class Backbone:
             ).last_hidden_state[0]
         layers: list[LayerState] = []
         for i, kind in enumerate(self.kinds):
-            # Copies: a cached state must not hold the rest of the pass (its views would).
+            # Copies: a cached state must not hold the rest of the pass (its views would); the
+            # linear layers' are their own already.
             if kind == "linear_attention":
-                conv, recurrent = one.recurrent[i]
-                layers.append(RecurrentState(conv.clone(), recurrent))
+                layers.append(RecurrentState(*one.recurrent[i]))
             else:
                 keys, values = one.kv[i]
                 layers.append(AttentionState(keys.clone(), values.clone()))

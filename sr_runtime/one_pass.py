@@ -117,7 +117,9 @@ def linear_attention(
     weight, kernel = mixer.conv1d.weight.squeeze(1), mixer.conv_kernel_size
     state_in = pre[:s].T[None]  # [1, C, S]
     # The conv window a state pass keeps: its last `kernel` inputs, zeros before a short state.
-    window = torch.nn.functional.pad(state_in, (max(0, kernel - s), 0))[..., -kernel:]
+    # Its own copy, made now: a view would keep this layer's whole projection output alive
+    # until the pass ends (48 layers of [T, 16K] at a 24K-token state: tens of GB).
+    window = torch.nn.functional.pad(state_in[..., -kernel:], (max(0, kernel - s), 0)).clone()
     conv_s = qwen3_5.causal_conv1d_fn(state_in, weight, mixer.conv1d.bias, activation=mixer.activation)
     # Each row's conv reads the window first, as a question pass's cache hands it over.
     rows_in = torch.cat([window.expand(b, -1, -1), one.rows_of(pre).transpose(1, 2)], dim=-1)
