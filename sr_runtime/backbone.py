@@ -356,6 +356,7 @@ class Backbone:
         the state's snapshot, as `prefill` keeps it, and [B, hidden] as `question_rows` reads them."""
         s, qw = len(state), max(len(q) for q in questions)
         lens = [len(q) for q in questions]
+        last = torch.tensor(lens, device=self.device) - 1  # each row's last token
         one = OnePass(
             state=s,
             rows=len(questions),
@@ -366,11 +367,11 @@ class Backbone:
                 blocks=blocks([0] * len(questions), [s], qw, budget),
                 mask=question_mask(mode, lens, qw).to(self.device),
                 read_layer=self.read_layer,
-                last=torch.tensor(lens, device=self.device) - 1,
+                last=last,
             ),
         )
         # Read: the state's tokens (its snapshot keeps their last hidden states) and each row's last.
-        ends = s + qw * torch.arange(len(questions), device=self.device) + torch.tensor(lens, device=self.device) - 1
+        ends = s + qw * torch.arange(len(questions), device=self.device) + last
         read = torch.cat([torch.arange(s, device=self.device), ends])
         ids = [*state, *(t for q in questions for t in [*q, *[0] * (qw - len(q))])]
         spans = [

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from sr_control.config.errors import Loc
@@ -152,10 +153,7 @@ def card_problems(config: RouterConfig, cards: Mapping[str, CardView | None]) ->
             plans[vm_name] = compile_virtual_model(vm_name, vm, config.signals, config.judges)
         except KeyError:
             continue  # a route names a signal or judge that does not exist: reported on its own
-
-    def members(model: str) -> Sequence[str]:
-        return members_of(config, model)
-
+    members = partial(members_of, config)
     return list(_signal_problems(config.signals, members, cards)) + list(_call_problems(plans, members, cards))
 
 

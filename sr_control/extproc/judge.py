@@ -136,8 +136,8 @@ async def _ask_llm(
         return None
     rewrite = decided.decision.rewrite
     body = msgspec.json.encode(rewritten(incoming.api, decided.body, model, rewrite))
-    judge = decided.plan.judges[decided.decision.judge or ""]
-    left_s = max(0.001, judge.deadline_ms / 1000 - (time.monotonic() - incoming.started))
+    limits = decided.plan.judges[decided.decision.judge or ""]
+    left_s = max(0.001, limits.deadline_ms / 1000 - (time.monotonic() - incoming.started))
     headers = [("content-type", "application/json")]
     if listen is not None:
         # The client's own credentials, as the request came: a listener with keys checks them again.
@@ -146,28 +146,23 @@ async def _ask_llm(
         host, _, port = listen.rpartition(":")
         host = _LOOPBACK.get(host, host)
         url = f"http://{f'[{host}]' if ':' in host else host}:{port}{incoming.path}"
+    else:
+        path = provider.base_path + incoming.path[len("/v1") :] if incoming.path.startswith("/v1") else incoming.path
+        origin = urlsplit(provider.endpoints[0])
+        url = f"{origin.scheme}://{origin.netloc}{path}"
+        headers.append(("x-request-id", incoming.request_id))
+        headers += list(rewrite.headers.items()) if rewrite is not None else []
         try:
-            reply = await sidecar.http.request("POST", url, body=body, headers=headers, timeout_s=left_s)
-        except CallFailed:
+            key = upstream_key(provider.api_key_env)
+        except KeysUnavailable as exc:
+            _log.warning(
+                "escalation without the provider's key", request_id=incoming.request_id, model=model, error=str(exc)
+            )
             return None
-        return reply.status, reply.body
-    path = provider.base_path + incoming.path[len("/v1") :] if incoming.path.startswith("/v1") else incoming.path
-    origin = urlsplit(provider.endpoints[0])
-    headers.append(("x-request-id", incoming.request_id))
-    headers += list(rewrite.headers.items()) if rewrite is not None else []
+        if key is not None:
+            headers.append(("x-api-key", key) if incoming.api == ANTHROPIC else ("authorization", f"Bearer {key}"))
     try:
-        key = upstream_key(provider.api_key_env)
-    except KeysUnavailable as exc:
-        _log.warning(
-            "escalation without the provider's key", request_id=incoming.request_id, model=model, error=str(exc)
-        )
-        return None
-    if key is not None:
-        headers.append(("x-api-key", key) if incoming.api == ANTHROPIC else ("authorization", f"Bearer {key}"))
-    try:
-        reply = await sidecar.http.request(
-            "POST", f"{origin.scheme}://{origin.netloc}{path}", body=body, headers=headers, timeout_s=left_s
-        )
+        reply = await sidecar.http.request("POST", url, body=body, headers=headers, timeout_s=left_s)
     except CallFailed:
         return None
     return reply.status, reply.body

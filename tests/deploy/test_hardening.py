@@ -249,24 +249,25 @@ def test_discovery_roles_of_same_named_releases_in_two_namespaces_do_not_collide
     assert names == {f"{RELEASE}-vllm-sr-{NAMESPACE}-discovery", f"{RELEASE}-vllm-sr-staging-discovery"}
 
 
+# Where each side's certificate, key and CA are mounted, in that order.
+MOUNTED_TLS = ["/etc/vllm-sr-tls/tls.crt", "/etc/vllm-sr-tls/tls.key", "/etc/vllm-sr-tls/ca.crt"]
+
+
+def flag_values(args: list[str], *flags: str) -> list[str]:
+    """The value after each of ``flags`` in a container's args."""
+    return [args[args.index(flag) + 1] for flag in flags]
+
+
 def test_ads_over_mtls_mounts_each_side_its_certificate(rendered: dict[str, list[dict[str, Any]]]) -> None:
     for name, server, client in (("public-4.0", "xds-server", "xds-client"), ("one-pool", None, None)):
         objs = rendered[name]
         plane = find(objs, "Deployment", f"{RELEASE}-vllm-sr-control-plane")
         args = container(plane, "control-plane")["args"]
-        assert [args[args.index(flag) + 1] for flag in ("--tls-cert", "--tls-key", "--client-ca")] == [
-            "/etc/vllm-sr-tls/tls.crt",
-            "/etc/vllm-sr-tls/tls.key",
-            "/etc/vllm-sr-tls/ca.crt",
-        ]
+        assert flag_values(args, "--tls-cert", "--tls-key", "--client-ca") == MOUNTED_TLS
         assert "--insecure" not in args
         envoy = find(objs, "Deployment", f"{RELEASE}-vllm-sr-envoy")
         sidecar = container(envoy, "sidecar")["args"]
-        assert [sidecar[sidecar.index(flag) + 1] for flag in ("--xds-cert", "--xds-key", "--xds-ca")] == [
-            "/etc/vllm-sr-tls/tls.crt",
-            "/etc/vllm-sr-tls/tls.key",
-            "/etc/vllm-sr-tls/ca.crt",
-        ]
+        assert flag_values(sidecar, "--xds-cert", "--xds-key", "--xds-ca") == MOUNTED_TLS
         secrets = {
             v["secret"]["secretName"]
             for d in (plane, envoy)
