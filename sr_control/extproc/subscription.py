@@ -173,6 +173,10 @@ class Subscription:
                 read = asyncio.ensure_future(call.read())
                 done, _ = await asyncio.wait({read, stop}, return_when=asyncio.FIRST_COMPLETED)
                 if stop in done:
+                    # gRPC's read, cancelled as its call fails, ends with the call's error
+                    # rather than as cancelled; on the way out that is no error, and left
+                    # unretrieved asyncio would print its traceback.
+                    read.add_done_callback(_quiet)
                     read.cancel()
                     call.cancel()
                     return
@@ -213,6 +217,11 @@ class Subscription:
             self.status.refused = (self.status.refused + [message])[-5:]
             ack.error_detail.CopyFrom(status_pb2.Status(code=3, message=message))  # INVALID_ARGUMENT
         return ack
+
+
+def _quiet(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def read_resource(resource: discovery_pb2.Resource, received_at: float) -> ListenerData:
