@@ -94,19 +94,30 @@ def card_from_listing(entry: Mapping[str, Any]) -> Card | None:
     doc = entry.get("card")
     if not isinstance(doc, Mapping) or "question_types" not in doc:
         return None
-    given = doc.get("limits")
-    limits: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
-
-    def limit(name: str) -> int | None:
-        value = limits.get(name)
-        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
-
+    limits = limits_of(doc)
     return Card(
         frozenset(doc.get("question_types") or ()),
         frozenset(doc.get("modalities") or ("text",)),
         frozenset(doc.get("presets") or ()),
-        Limits(limit("max_options"), limit("max_labels"), limit("min_levels"), limit("max_levels")),
+        Limits(
+            limit(limits, "max_options"),
+            limit(limits, "max_labels"),
+            limit(limits, "min_levels"),
+            limit(limits, "max_levels"),
+        ),
     )
+
+
+def limits_of(card: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A listed card's ``limits`` object ({} where it has none or it is not an object)."""
+    given = card.get("limits")
+    return given if isinstance(given, Mapping) else {}
+
+
+def limit(limits: Mapping[str, Any], name: str) -> int | None:
+    """One limit of a listed card: a positive number, else no limit (``true`` is no number)."""
+    value = limits.get(name)
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
 def members_of(config: RouterConfig, model: str) -> tuple[str, ...]:
@@ -242,5 +253,7 @@ __all__ = [
     "card_problems",
     "declared_cards",
     "lacks",
+    "limit",
+    "limits_of",
     "plan_problems",
 ]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sr_base.log import get_logger
+from sr_control.decide.cards import limit, limits_of
 from sr_control.extproc.auth import KeysUnavailable, upstream_key
 from sr_control.extproc.capability import STANDARD_CARD, Card, Limits
 from sr_control.extproc.data import Member
@@ -201,29 +202,22 @@ def _entry(doc: Any, model: str) -> dict[str, Any] | None:
 def _card(doc: Any, contract: str | None) -> Card | None:
     if not isinstance(doc, dict) or "question_types" not in doc:
         return None
-    limits = doc.get("limits") or {}
-
-    def limit(name: str) -> int | None:
-        value = limits.get(name)
-        return int(value) if isinstance(value, (int, float)) and value > 0 else None
-
+    limits = limits_of(doc)
     return Card(
         question_types=frozenset(doc.get("question_types") or ()),
         modalities=frozenset(doc.get("modalities") or ("text",)),
         presets=frozenset(doc.get("presets") or ()),
         limits=Limits(
-            limit("max_options"),
-            limit("max_labels"),
-            limit("min_levels"),
-            limit("max_levels"),
-            limit("max_input_tokens"),
+            limit(limits, "max_options"),
+            limit(limits, "max_labels"),
+            limit(limits, "min_levels"),
+            limit(limits, "max_levels"),
+            limit(limits, "max_input_tokens"),
         ),
         contract=contract,
         listed_limits=tuple(
             (str(k), v if isinstance(v, int) and not isinstance(v, bool) else None) for k, v in limits.items()
-        )
-        if isinstance(limits, dict)
-        else (),
+        ),
     )
 
 

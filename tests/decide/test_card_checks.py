@@ -12,8 +12,10 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import pytest
 from structlog.testing import capture_logs
 
+from sr_control.decide.cards import card_from_listing
 from sr_control.extproc.cards import CardBook
 from sr_control.extproc.decide import CardChecks
 from sr_control.extproc.upstream import Http, Reply
@@ -102,3 +104,23 @@ def test_a_card_that_cannot_answer_a_signal_is_one_line_at_load_and_again_when_i
     assert looked_again == [PII_LINE]  # not logged twice
     assert full == []
     assert back == [PII_LINE]
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_options": True, "max_labels": 0, "min_levels": -2, "max_levels": 7.0},
+        {"max_options": "16", "max_labels": None, "max_levels": 12},
+        ["max_options"],
+    ],
+)
+def test_the_sidecar_reads_a_cards_limits_as_vllm_sr_route_does(limits: Any) -> None:
+    """``true`` is no number and a limits list is no object: no limit, never a member down."""
+    member = data_of(EXAMPLE.read_text()).members["local-d3"]
+    card = FULL | {"limits": limits}
+    state = asyncio.run(CardBook(Runtime(card)).get(member))
+    listed = card_from_listing({"card": card})
+    assert state.card is not None and listed is not None, state.error
+    for name in ("max_options", "max_labels", "min_levels", "max_levels"):
+        assert getattr(state.card.limits, name) == getattr(listed.limits, name), name
+    assert state.card.limits.max_options is None
