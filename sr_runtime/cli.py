@@ -59,6 +59,17 @@ def _echo_json(body: bytes) -> None:
     typer.echo(json.dumps(json.loads(body), ensure_ascii=False, indent=2))
 
 
+Model = Annotated[
+    str, typer.Argument(help="A checkpoint folder, or a built-in: default, smollm2-135m.", show_default=False)
+]
+Device = Annotated[str, typer.Option(help="Where the model runs: cpu, cuda, cuda:1 ...")]
+Dtype = Annotated[
+    str,
+    typer.Option(
+        help="What the weights run in: auto (the checkpoint's torch_dtype; bfloat16 on CUDA where it says"
+        " float32; float32 on CPU), bfloat16, float16 or float32."
+    ),
+]
 Schema = Annotated[
     str,
     typer.Option(
@@ -90,20 +101,12 @@ NoulModel = Annotated[
 
 @app.command()
 def answer(
-    model: Annotated[
-        str, typer.Argument(help="A checkpoint folder, or a built-in: default, smollm2-135m.", show_default=False)
-    ],
+    model: Model,
     request: Annotated[
         Path, typer.Argument(help="A System One request as JSON ('-' reads stdin).", show_default=False)
     ],
-    device: Annotated[str, typer.Option(help="Where the model runs: cpu, cuda, cuda:1 ...")] = "cpu",
-    dtype: Annotated[
-        str,
-        typer.Option(
-            help="What the weights run in: auto (the checkpoint's torch_dtype; bfloat16 on CUDA where it says"
-            " float32; float32 on CPU), bfloat16, float16 or float32."
-        ),
-    ] = "auto",
+    device: Device = "cpu",
+    dtype: Dtype = "auto",
     reference: Annotated[
         bool, typer.Option("--reference", help="Run each question as one whole forward with a dense mask and no cache.")
     ] = False,
@@ -163,17 +166,9 @@ def answer(
 
 @app.command()
 def serve(
-    model: Annotated[
-        str, typer.Argument(help="A checkpoint folder, or a built-in: default, smollm2-135m.", show_default=False)
-    ],
-    device: Annotated[str, typer.Option(help="Where the model runs: cpu, cuda, cuda:1 ...")] = "cpu",
-    dtype: Annotated[
-        str,
-        typer.Option(
-            help="What the weights run in: auto (the checkpoint's torch_dtype; bfloat16 on CUDA where it says"
-            " float32; float32 on CPU), bfloat16, float16 or float32."
-        ),
-    ] = "auto",
+    model: Model,
+    device: Device = "cpu",
+    dtype: Dtype = "auto",
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: any free port, printed at start).")] = 8100,
     systemone_schema: Annotated[
