@@ -21,6 +21,7 @@ import httpx
 import typer
 
 from sr_control.apis import REGISTRY as APIS
+from sr_control.card import Card, card_of, listing_entry
 from sr_control.cli.config import Format
 from sr_control.cli.errors import EXIT_INVALID, EXIT_OK, EXIT_UNREADABLE, fail
 from sr_control.config import load as loader
@@ -28,7 +29,7 @@ from sr_control.config.catalog import catalog
 from sr_control.config.errors import field_path
 from sr_control.config.explain import offered_apis
 from sr_control.config.model import RouterConfig
-from sr_control.decide.cards import Card, card_from_listing, card_problems, declared_cards, members_of
+from sr_control.decide.cards import card_problems, declared_cards, members_of
 from sr_control.decide.request import EMPTY, DecideCall, NotAConversation, build_calls, parts_of, read_answers
 from sr_control.decide.rewrite import response_headers
 from sr_control.decide.rules import Answer, Decision, compile_plan, decide, keyword_answers
@@ -140,9 +141,8 @@ def _check_cards(cfg: RouterConfig, path: Path, members: set[str]) -> None:
             listing = httpx.get(f"{url.scheme}://{url.netloc}/v1/models", headers=headers, timeout=2.0).json()
         except (httpx.HTTPError, ValueError):
             continue  # not known: not judged (the call itself will say what is wrong)
-        entries = [e for e in listing.get("models") or () if isinstance(e, dict)] if isinstance(listing, dict) else []
-        entry = next((e for e in entries if e.get("name") == dep.model), entries[0] if entries else None)
-        cards[name] = card_from_listing(entry) if entry is not None else None
+        entry = listing_entry(listing, dep.model)
+        cards[name] = card_of(entry.get("card")) if entry is not None else None
     problems = card_problems(cfg, cards)
     if problems:
         for loc, line in problems:

@@ -2,12 +2,11 @@
 
     card_problems(config, cards) -> [(loc, line)]    one line per signal a model cannot answer
 
-``cards`` maps a deployment's name to what it answers: its model card (``GET /v1/models``) or
-its declared ``capabilities``; a deployment missing from it is not known yet and not judged.
+``cards`` maps a deployment's name to what it answers (``sr_control/card.py``): its model card
+(``GET /v1/models``) or its declared ``capabilities``; a deployment missing from it is not known yet and not judged.
 ``vllm-sr config validate`` passes ``declared_cards(config)`` (what the file itself says); the
 sidecar runs ``plan_problems`` over the plans and cards it holds when a config version arrives
 and whenever a member's card changes (seed 002: at load, and when an attached runtime starts).
-The extproc's ``Card`` fits ``CardView`` as it is.
 
 What is checked (seed 002's table): the signal's question type; a span preset (pii, halu) must
 be on the card, since only the model's own head answers it; image or video input needs the
@@ -19,60 +18,14 @@ goes to one member whole.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
 
+from sr_control.card import STANDARD_CARD, Card
 from sr_control.config.errors import Loc
 from sr_control.config.model import RouterConfig, Signal
 from sr_control.decide.request import kind_of
 from sr_control.decide.rules import VirtualModelPlan, compile_virtual_model
 from systemone.generated.fields import PRESETS
-
-
-class LimitsView(Protocol):
-    @property
-    def max_options(self) -> int | None: ...
-    @property
-    def max_labels(self) -> int | None: ...
-    @property
-    def min_levels(self) -> int | None: ...
-    @property
-    def max_levels(self) -> int | None: ...
-
-
-class CardView(Protocol):
-    @property
-    def question_types(self) -> frozenset[str]: ...
-    @property
-    def modalities(self) -> frozenset[str]: ...
-    @property
-    def presets(self) -> frozenset[str]: ...
-    @property
-    def limits(self) -> LimitsView: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_options: int | None = None
-    max_labels: int | None = None
-    min_levels: int | None = None
-    max_levels: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Card:
-    """What a deployment answers, as a card or its declared capabilities say."""
-
-    question_types: frozenset[str]
-    modalities: frozenset[str] = frozenset({"text"})
-    presets: frozenset[str] = frozenset()
-    limits: Limits = Limits()
-
-
-# A systemone/0.2 deployment that declares nothing: the standard's text questions (as the
-# sidecar's capability routing takes it).
-STANDARD_CARD = Card(frozenset({"noul", "choice", "score"}))
 
 
 def declared_cards(config: RouterConfig) -> dict[str, Card]:
@@ -83,41 +36,12 @@ def declared_cards(config: RouterConfig) -> dict[str, Card]:
     for name, dep in config.deployments.items():
         if dep.capabilities is not None:
             c = dep.capabilities
-            out[name] = Card(frozenset(c.question_types), frozenset(c.modalities), frozenset(c.presets))
+            out[name] = Card(
+                frozenset(c.question_types), frozenset(c.modalities), frozenset(c.presets), source="declared"
+            )
         elif dep.schema_ == "systemone/0.2":
             out[name] = STANDARD_CARD
     return out
-
-
-def card_from_listing(entry: Mapping[str, Any]) -> Card | None:
-    """A model's card from its ``GET /v1/models`` entry (None: the entry has none)."""
-    doc = entry.get("card")
-    if not isinstance(doc, Mapping) or "question_types" not in doc:
-        return None
-    limits = limits_of(doc)
-    return Card(
-        frozenset(doc.get("question_types") or ()),
-        frozenset(doc.get("modalities") or ("text",)),
-        frozenset(doc.get("presets") or ()),
-        Limits(
-            limit(limits, "max_options"),
-            limit(limits, "max_labels"),
-            limit(limits, "min_levels"),
-            limit(limits, "max_levels"),
-        ),
-    )
-
-
-def limits_of(card: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A listed card's ``limits`` object ({} where it has none or it is not an object)."""
-    given = card.get("limits")
-    return given if isinstance(given, Mapping) else {}
-
-
-def limit(limits: Mapping[str, Any], name: str) -> int | None:
-    """One limit of a listed card: a positive number, else no limit (``true`` is no number)."""
-    value = limits.get(name)
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
 def members_of(config: RouterConfig, model: str) -> tuple[str, ...]:
@@ -128,7 +52,7 @@ def members_of(config: RouterConfig, model: str) -> tuple[str, ...]:
     return tuple(name for name, dep in config.deployments.items() if dep.model == model)
 
 
-def lacks(signal: Signal, card: CardView) -> list[str]:
+def lacks(signal: Signal, card: Card) -> list[str]:
     """What ``card`` lacks to answer ``signal``, each in a few words; [] when it answers it."""
     kind = kind_of(signal)
     out: list[str] = []
@@ -155,7 +79,7 @@ def lacks(signal: Signal, card: CardView) -> list[str]:
     return out
 
 
-def card_problems(config: RouterConfig, cards: Mapping[str, CardView | None]) -> list[tuple[Loc, str]]:
+def card_problems(config: RouterConfig, cards: Mapping[str, Card | None]) -> list[tuple[Loc, str]]:
     """One line per signal no member of its model can answer, then one per call that no single
     member can answer whole; signals whose members are not all known are not judged."""
     plans = {}
@@ -171,7 +95,7 @@ def card_problems(config: RouterConfig, cards: Mapping[str, CardView | None]) ->
 def plan_problems(
     plans: Mapping[str, VirtualModelPlan],
     members: Callable[[str], Sequence[str]],
-    cards: Mapping[str, CardView | None],
+    cards: Mapping[str, Card | None],
 ) -> list[str]:
     """``card_problems`` over compiled plans, as the sidecar holds them: the signals the plans
     ask, ``members(model)`` the members that answer for a decision model, ``cards`` each
@@ -181,9 +105,7 @@ def plan_problems(
     return [line for _, line in found]
 
 
-def _verdicts(
-    members: Sequence[str], signal: Signal, cards: Mapping[str, CardView | None]
-) -> dict[str, list[str]] | None:
+def _verdicts(members: Sequence[str], signal: Signal, cards: Mapping[str, Card | None]) -> dict[str, list[str]] | None:
     """member -> what it lacks, or None when some member's card is not known."""
     out: dict[str, list[str]] = {}
     for member in members:
@@ -195,7 +117,7 @@ def _verdicts(
 
 
 def _signal_problems(
-    signals: Mapping[str, Signal], members: Callable[[str], Sequence[str]], cards: Mapping[str, CardView | None]
+    signals: Mapping[str, Signal], members: Callable[[str], Sequence[str]], cards: Mapping[str, Card | None]
 ) -> Iterator[tuple[Loc, str]]:
     for name, signal in signals.items():
         if not signal.asks_model:
@@ -209,7 +131,7 @@ def _signal_problems(
 def _call_problems(
     plans: Mapping[str, VirtualModelPlan],
     members: Callable[[str], Sequence[str]],
-    cards: Mapping[str, CardView | None],
+    cards: Mapping[str, Card | None],
 ) -> Iterator[tuple[Loc, str]]:
     for vm_name, plan in plans.items():
         for group in (plan.signals, plan.judge_signals):
@@ -244,16 +166,4 @@ def _words(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-__all__ = [
-    "STANDARD_CARD",
-    "Card",
-    "CardView",
-    "Limits",
-    "card_from_listing",
-    "card_problems",
-    "declared_cards",
-    "lacks",
-    "limit",
-    "limits_of",
-    "plan_problems",
-]
+__all__ = ["card_problems", "declared_cards", "lacks", "members_of", "plan_problems"]

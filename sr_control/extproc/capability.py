@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from sr_control.card import Card
 from systemone.generated.strip import REFUSE
 from systemone.ir import MISSING, Batch, Request, items
 from systemone.jsontext import strings
@@ -54,35 +55,6 @@ class Needs:
             )
             tokens = max(tokens, (_chars(request.state) + longest) // CHARS_PER_TOKEN_FLOOR)
         return tokens
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_options: int | None = None
-    max_labels: int | None = None
-    min_levels: int | None = None
-    max_levels: int | None = None
-    max_input_tokens: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Card:
-    """What one member answers, from its model card or its declared capabilities."""
-
-    question_types: frozenset[str]
-    modalities: frozenset[str]
-    presets: frozenset[str] = frozenset()
-    limits: Limits = Limits()
-    fields: frozenset[str] | None = None  # None: every extension field; else the ones it takes
-    contract: str | None = None  # GET /health api_version; None when not a vllm-sr runtime
-    source: str = "card"  # card | declared | standard
-    # The card's ``limits`` as the member listed them (media limits too), for the listener's own
-    # listing; ``limits`` above holds the ones routing reads.
-    listed_limits: tuple[tuple[str, int | None], ...] = ()
-
-
-# A systemone/0.2 target that declares nothing: the standard's text questions, nothing else.
-STANDARD_CARD = Card(frozenset({"noul", "choice", "score"}), frozenset({"text"}), fields=frozenset(), source="standard")
 
 
 def needs_of(ir: Request | Batch, body_bytes: int | None = None) -> Needs:
@@ -167,4 +139,4 @@ def _words(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-__all__ = ["CHARS_PER_TOKEN_FLOOR", "STANDARD_CARD", "Card", "Limits", "Needs", "lacks", "needs_of"]
+__all__ = ["CHARS_PER_TOKEN_FLOOR", "Needs", "lacks", "needs_of"]

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sr_base.log import get_logger
-from sr_control.decide.cards import limit, limits_of
+from sr_control.card import STANDARD_CARD, Card, card_of, listing_entry
 from sr_control.extproc.auth import KeysUnavailable, upstream_key
-from sr_control.extproc.capability import STANDARD_CARD, Card, Limits
 from sr_control.extproc.data import Member
 from sr_control.extproc.upstream import CallFailed, Http
 
@@ -171,10 +170,10 @@ class CardBook:
                 )
         if listing.status != 200:
             return CardState(None, f"GET /v1/models answered {listing.status}", now)
-        entry = _entry(_json(listing.body), member.model)
+        entry = listing_entry(_json(listing.body), member.model)
         if entry is None:
             return CardState(None, f"GET /v1/models does not list {member.model!r}", now)
-        card = _card(entry.get("card"), contract)
+        card = card_of(entry.get("card"), contract)
         if card is None:
             declared = self._declared(member)
             card = declared.card if declared.card is not None else None
@@ -188,37 +187,6 @@ def _json(body: bytes) -> Any:
         return json.loads(body)
     except ValueError:
         return None
-
-
-def _entry(doc: Any, model: str) -> dict[str, Any] | None:
-    entries = doc.get("models") if isinstance(doc, dict) else None
-    if not isinstance(entries, list) or not entries:
-        return None
-    named = [e for e in entries if isinstance(e, dict) and e.get("name") == model]
-    first = entries[0] if isinstance(entries[0], dict) else None
-    return named[0] if named else first
-
-
-def _card(doc: Any, contract: str | None) -> Card | None:
-    if not isinstance(doc, dict) or "question_types" not in doc:
-        return None
-    limits = limits_of(doc)
-    return Card(
-        question_types=frozenset(doc.get("question_types") or ()),
-        modalities=frozenset(doc.get("modalities") or ("text",)),
-        presets=frozenset(doc.get("presets") or ()),
-        limits=Limits(
-            limit(limits, "max_options"),
-            limit(limits, "max_labels"),
-            limit(limits, "min_levels"),
-            limit(limits, "max_levels"),
-            limit(limits, "max_input_tokens"),
-        ),
-        contract=contract,
-        listed_limits=tuple(
-            (str(k), v if isinstance(v, int) and not isinstance(v, bool) else None) for k, v in limits.items()
-        ),
-    )
 
 
 __all__ = ["CardBook", "CardState", "REFRESH_S"]

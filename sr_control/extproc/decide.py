@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from sr_base.log import get_logger
+from sr_control.card import Card
 from sr_control.config.model import Signal
 from sr_control.decide.cards import lacks, plan_problems
 from sr_control.decide.request import (
@@ -44,7 +45,6 @@ from sr_control.decide.rewrite import NO_ROUTE, rewritten
 from sr_control.decide.rules import Answer as SignalAnswer
 from sr_control.decide.rules import Decision, VirtualModelPlan, decide, keyword_answers
 from sr_control.extproc.auth import upstream_key
-from sr_control.extproc.capability import Card
 from sr_control.extproc.cards import CardBook
 from sr_control.extproc.data import ListenerData, Member
 from sr_control.extproc.envoy import Answer, Forward

@@ -18,7 +18,7 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
-from sr_control.extproc.capability import Card, Limits
+from sr_control.card import Card, Limits
 from sr_control.extproc.cards import CardState
 from sr_control.extproc.data import SYSTEMONE_API, ListenerData
 from sr_control.extproc.envoy import Answer

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from sr_control.decide.cards import card_from_listing
+from sr_control.card import card_of
 from sr_control.extproc.cards import CardBook
 from sr_control.extproc.decide import CardChecks
 from sr_control.extproc.upstream import Http, Reply
@@ -119,7 +119,7 @@ def test_the_sidecar_reads_a_cards_limits_as_vllm_sr_route_does(limits: Any) -> 
     member = data_of(EXAMPLE.read_text()).members["local-d3"]
     card = FULL | {"limits": limits}
     state = asyncio.run(CardBook(Runtime(card)).get(member))
-    listed = card_from_listing({"card": card})
+    listed = card_of(card)
     assert state.card is not None and listed is not None, state.error
     for name in ("max_options", "max_labels", "min_levels", "max_levels"):
         assert getattr(state.card.limits, name) == getattr(listed.limits, name), name

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from sr_control.card import Card, Limits
 from sr_control.config.load import load_text, validate_text
-from sr_control.decide.cards import Card, Limits, card_problems
+from sr_control.decide.cards import card_problems
 from tests.conftest import run_cli
 
 HEAD = """\

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
+from sr_control.card import Card, Limits
 from sr_control.config.load import load_text
 from sr_control.decide.cards import card_problems
-from sr_control.extproc.capability import Card, Limits
 from tests.conftest import ROOT, run_cli
 
 CONFIG_PAGE = (ROOT / "docs" / "decide" / "config.md").read_text()

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from sr_control.extproc.capability import STANDARD_CARD, Card, Limits, lacks, needs_of
+from sr_control.card import STANDARD_CARD, Card, Limits
+from sr_control.extproc.capability import lacks, needs_of
 from systemone import REGISTRY
 
 TINY = Card(

@@ -18,9 +18,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sr_control.card import Card, Limits
 from sr_control.extproc.auth import KeyRing
 from sr_control.extproc.call import Call
-from sr_control.extproc.capability import Card, Limits
 from sr_control.extproc.cards import CardBook, CardState
 from sr_control.extproc.envoy import Answer, Forward
 from sr_control.extproc.incoming import Incoming, Sidecar

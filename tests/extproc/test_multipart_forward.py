@@ -14,8 +14,8 @@ import time
 
 import pytest
 
+from sr_control.card import Card
 from sr_control.extproc.auth import KeyRing
-from sr_control.extproc.capability import Card
 from sr_control.extproc.cards import CardBook, CardState
 from sr_control.extproc.envoy import Forward
 from sr_control.extproc.incoming import Incoming, Sidecar
