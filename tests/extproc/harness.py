@@ -47,18 +47,6 @@ def get_json(url: str, timeout: float = 5) -> tuple[int, Any]:
         return exc.code, json.loads(exc.read() or b"null")
 
 
-def close(a: Any, b: Any, tol: float = 1e-5) -> bool:
-    """Equal JSON, numbers within ``tol`` (answers of differently packed passes differ in the
-    last float32 bits)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return list(a) == list(b) and all(close(a[k], b[k], tol) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(close(x, y, tol) for x, y in zip(a, b))
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-        return abs(a - b) <= tol
-    return bool(a == b)
-
-
 def get_status(url: str, timeout: float = 5) -> int:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:

@@ -9,7 +9,8 @@ from collections import Counter
 
 import pytest
 
-from tests.extproc.harness import Runtime, World, close, metric
+from tests.conftest import same_to
+from tests.extproc.harness import Runtime, World, metric
 
 pytestmark = pytest.mark.envoy
 
@@ -107,8 +108,10 @@ def test_a_vllm_srun_standard_runtime_answers_split_calls_as_its_5_0_self_would(
     assert world.runtimes["standard"].requests_served("/v1/systemone") - before == 4
     # The tiny checkpoint reads an object state as its JSON text: state_text changes no answer.
     same = world.post("v50", "/v1/systemone/batch", {**batch, "model": "tiny"}).json()
-    assert close(
-        [r["answers"] for r in reply.json()["responses"].values()], [r["answers"] for r in same["responses"].values()]
+    assert same_to(
+        [r["answers"] for r in reply.json()["responses"].values()],
+        [r["answers"] for r in same["responses"].values()],
+        1e-5,
     )
 
 

@@ -21,7 +21,8 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def engines(checkpoints: dict[str, Path]) -> dict[str, Engine]:
-    """One engine per preset, shared (answers never depend on what ran before)."""
+    """One engine per preset, shared (what ran before changes an answer only in float rounding: a
+    state computed cold, or read back from the cache)."""
     return {name: Engine.load(path) for name, path in checkpoints.items()}
 
 

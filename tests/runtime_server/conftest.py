@@ -38,27 +38,6 @@ SCORE = {"type": "score", "instructions": "How angry is the customer?", "criteri
 SCHEMAS = ["vllm-sr/5.0", "vllm-sr/4.0"]
 
 
-def same_to(got: Any, expected: Any, tolerance: float) -> bool:
-    """The same members in the same order, the same strings and integers, and every float within
-    `tolerance`: an answer computed again (cold, then from a cached state; another batch) agrees
-    to float rounding, not bit for bit."""
-    if isinstance(expected, float) or isinstance(got, float):
-        return isinstance(got, (int, float)) and abs(got - expected) <= tolerance
-    if isinstance(expected, dict):
-        return (
-            isinstance(got, dict)
-            and list(got) == list(expected)
-            and all(same_to(got[k], expected[k], tolerance) for k in expected)
-        )
-    if isinstance(expected, list):
-        return (
-            isinstance(got, list)
-            and len(got) == len(expected)
-            and all(same_to(g, e, tolerance) for g, e in zip(got, expected))
-        )
-    return bool(got == expected)
-
-
 def body(questions: dict[str, Any] | None = None, state: Any = SEED_002_STATE, **members: Any) -> dict[str, Any]:
     return {"state": state, "questions": questions or {"urgent": NOUL}, **members}
 

@@ -11,9 +11,10 @@ from starlette.testclient import TestClient
 
 from sr_runtime.presets import create
 from sr_runtime.server import ServerSettings
+from tests.conftest import same_to
 from tests.media.files import asset, image, video
 
-from .conftest import CHOICE, NOUL, SCORE, same_to, serving
+from .conftest import CHOICE, NOUL, SCORE, serving
 
 QUESTIONS = {"urgent": NOUL, "team": CHOICE, "anger": SCORE}
 IMG, VID = image(1), video(2)

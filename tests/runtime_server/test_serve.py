@@ -27,8 +27,9 @@ from typesafe_sdk import (
 )
 
 from sr_runtime.cli import app
+from tests.conftest import same_to
 
-from .conftest import SEED_002_STATE, VLLM_SRUN, same_to, vllm_srun_serve
+from .conftest import SEED_002_STATE, VLLM_SRUN, vllm_srun_serve
 
 DOCS = Path(__file__).parents[2] / "docs" / "runtime"
 # The one SHOULD a vllm-sr/5.0 server fails on purpose (docs/runtime/conformance.md).

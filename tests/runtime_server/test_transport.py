@@ -12,8 +12,9 @@ from starlette.testclient import TestClient
 
 from sr_runtime.server import ServerSettings
 from systemone.errors import MAX_BODY_BYTES
+from tests.conftest import same_to
 
-from .conftest import CHOICE, NOUL, SCHEMAS, body, same_to, serving
+from .conftest import CHOICE, NOUL, SCHEMAS, body, serving
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
 
