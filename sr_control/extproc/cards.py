@@ -175,8 +175,7 @@ class CardBook:
             return CardState(None, f"GET /v1/models does not list {member.model!r}", now)
         card = card_of(entry.get("card"), contract)
         if card is None:
-            declared = self._declared(member)
-            card = declared.card if declared.card is not None else None
+            card = self._declared(member).card
             if card is None:
                 return CardState(None, "its listing has no card and its deployment declares no capabilities", now)
         return CardState(card, None, now, str(entry.get("description", "")), str(entry.get("release_date", "")))
